@@ -1,0 +1,34 @@
+# Two commands on a fresh machine:  make demo  (the main job)  and  make test.
+# Both (re)create .venv from the pinned requirements when they change.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# Keep DDS traffic on loopback. Each make invocation gets its own domain id unless one is set.
+export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
+export ROS_DOMAIN_ID ?= $(shell echo $$(( ($$$$ % 100) + 100 )))
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+export PYTHONUNBUFFERED := 1
+
+.PHONY: demo test venv lint bench clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -c constraints.txt
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m rip_control.rig_check --rate 50 --seconds 5
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+clean:
+	rm -rf $(VENV) build install log .pytest_cache .mypy_cache .ruff_cache

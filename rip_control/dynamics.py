@@ -1,0 +1,247 @@
+"""Nonlinear rotary inverted pendulum (Furuta) dynamics with a DC motor voltage model.
+
+One implementation backs both the real-time rig emulator and the plain gymnasium simulator,
+so the two can never drift apart.
+
+Coordinates: ``theta`` is the arm angle about the vertical motor axis; ``alpha`` is the
+pendulum angle about the arm, **zero hanging down**, ``pi`` upright. The equations follow from
+the Lagrangian of Cazzolato & Prime, "On the dynamics of the Furuta pendulum" (2011), for a
+thin-rod pendulum swinging in the plane perpendicular to the arm::
+
+    M(a) [th'', a'']^T = [tau - b_r th' - 2 Jp s c th' a' + m r l s a'^2,
+                          -b_p a' + Jp s c th'^2 - m g l s]^T
+    M(a) = [[J_r + m r^2 + Jp s^2, m r l c], [m r l c, Jp]],   s = sin a, c = cos a
+
+with ``Jp = m L^2/12 + m l^2`` the pendulum's inertia about its pivot, ``l = L/2``, ``r`` the
+arm length and ``J_r`` the arm (``m_r L_r^2/12``) plus rotor and hub inertia. The motor is an
+armature-resistance model, ``tau = k_t (V - k_m th') / R_m``, applied only while the driver is
+engaged; a disengaged driver leaves the motor open-circuit (no torque, no back-EMF braking).
+The arm's cable hard stop is an inelastic impact: the arm stops and the pendulum keeps its
+generalised momentum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TWO_PI = 2.0 * math.pi
+
+
+@dataclass(frozen=True)
+class PendulumParams:
+    """Physical parameters of one rig. Defaults: Quanser QUBE-Servo 2 with its pendulum."""
+
+    # motor and amplifier
+    motor_resistance_ohm: float = 8.4
+    motor_torque_constant_nm_per_a: float = 0.042
+    motor_back_emf_v_s_per_rad: float = 0.042
+    rotor_and_hub_inertia_kg_m2: float = 4.6e-6
+    max_voltage_v: float = 10.0
+    motor_dead_zone_v: float = 0.0  # |V| below this produces no current
+    # rotary arm
+    arm_mass_kg: float = 0.095
+    arm_length_m: float = 0.085
+    arm_viscous_damping_nms_per_rad: float = 5.0e-4
+    arm_coulomb_friction_nm: float = 0.0
+    arm_limit_rad: float = 2.0  # cable hard stop at +/- this angle
+    # pendulum
+    pendulum_mass_kg: float = 0.024
+    pendulum_length_m: float = 0.129
+    pendulum_viscous_damping_nms_per_rad: float = 3.0e-5
+    gravity_m_s2: float = 9.81
+    # sensing
+    encoder_counts_per_rev: int = 2048
+    encoder_noise_counts: float = 0.0  # std of additive noise, in counts
+    sensing_latency_s: float = 0.0  # reported state is this old
+    # integration
+    physics_rate_hz: float = 2000.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f'PendulumParams.{f.name} must be a finite number, got {value!r}')
+        positive = (
+            'motor_resistance_ohm',
+            'motor_torque_constant_nm_per_a',
+            'max_voltage_v',
+            'arm_mass_kg',
+            'arm_length_m',
+            'arm_limit_rad',
+            'pendulum_mass_kg',
+            'pendulum_length_m',
+            'gravity_m_s2',
+            'encoder_counts_per_rev',
+            'physics_rate_hz',
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f'PendulumParams.{name} must be > 0, got {getattr(self, name)!r}')
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value < 0:
+                raise ValueError(f'PendulumParams.{f.name} must be >= 0, got {value!r}')
+        if self.physics_rate_hz < 1000.0:
+            raise ValueError(f'physics_rate_hz must be >= 1000, got {self.physics_rate_hz!r}')
+        if self.arm_limit_rad > math.pi:
+            raise ValueError(f'arm_limit_rad must be <= pi, got {self.arm_limit_rad!r}')
+
+    @property
+    def physics_step_s(self) -> float:
+        """Fixed integration step."""
+        return 1.0 / self.physics_rate_hz
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = 'parameters') -> PendulumParams:
+        """Build from a mapping, rejecting unknown keys by name."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f'unknown pendulum parameter(s) {unknown} in {source}')
+        return cls(**values)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> PendulumParams:
+        """Load a rig description; the file may hold the keys at top level or under ``rig:``."""
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except FileNotFoundError:
+            raise FileNotFoundError(f'rig parameter file not found: {path}') from None
+        if not isinstance(data, dict):
+            raise ValueError(f'rig parameter file {path} must hold a mapping')
+        if 'rig' in data:
+            data = data['rig']
+        return cls.from_dict(data, source=str(path))
+
+
+class FurutaDynamics:
+    """Integrates the pendulum with fixed-step RK4; plain floats for speed (~25 us a step).
+
+    :param params: the rig's physical parameters.
+    """
+
+    def __init__(self, params: PendulumParams) -> None:
+        self.params = params
+        p = params
+        self._m = p.pendulum_mass_kg
+        self._r = p.arm_length_m
+        self._l = p.pendulum_length_m / 2.0
+        self._jp = p.pendulum_mass_kg * p.pendulum_length_m**2 / 12.0 + self._m * self._l**2
+        self._jr = p.arm_mass_kg * p.arm_length_m**2 / 12.0 + p.rotor_and_hub_inertia_kg_m2
+        self._mrl = self._m * self._r * self._l
+        self._mgl = self._m * p.gravity_m_s2 * self._l
+        self._j0 = self._jr + self._m * self._r**2
+        self._kt_over_r = p.motor_torque_constant_nm_per_a / p.motor_resistance_ohm
+        self._km = p.motor_back_emf_v_s_per_rad
+        self._br = p.arm_viscous_damping_nms_per_rad
+        self._bp = p.pendulum_viscous_damping_nms_per_rad
+        self._fc = p.arm_coulomb_friction_nm
+        self.theta = 0.0
+        self.alpha = 0.0
+        self.theta_dot = 0.0
+        self.alpha_dot = 0.0
+        self.at_limit = False
+
+    # -- state -----------------------------------------------------------------------------
+
+    def set_state(
+        self, theta: float, alpha: float, theta_dot: float = 0.0, alpha_dot: float = 0.0
+    ) -> None:
+        """Place the pendulum (simulation and tests only: a real rig cannot be teleported)."""
+        self.theta, self.alpha, self.theta_dot, self.alpha_dot = theta, alpha, theta_dot, alpha_dot
+        self.at_limit = abs(theta) >= self.params.arm_limit_rad
+
+    @property
+    def state(self) -> tuple[float, float, float, float]:
+        """``(theta, alpha, theta_dot, alpha_dot)``."""
+        return self.theta, self.alpha, self.theta_dot, self.alpha_dot
+
+    def energy_j(self) -> float:
+        """Total mechanical energy (kinetic + potential, zero at rest hanging down)."""
+        s, c = math.sin(self.alpha), math.cos(self.alpha)
+        td, ad = self.theta_dot, self.alpha_dot
+        kinetic = 0.5 * (self._j0 + self._jp * s * s) * td * td
+        kinetic += self._mrl * c * td * ad + 0.5 * self._jp * ad * ad
+        return kinetic + self._mgl * (1.0 - c)
+
+    def effective_voltage(self, voltage_v: float) -> float:
+        """Voltage the motor actually sees: clamped to the limit, minus the dead zone."""
+        p = self.params
+        v = max(-p.max_voltage_v, min(p.max_voltage_v, voltage_v))
+        if abs(v) < p.motor_dead_zone_v:
+            return 0.0
+        return v
+
+    # -- integration -----------------------------------------------------------------------
+
+    def _accel(
+        self, alpha: float, theta_dot: float, alpha_dot: float, voltage_v: float, engaged: bool
+    ) -> tuple[float, float]:
+        s, c = math.sin(alpha), math.cos(alpha)
+        torque = -self._br * theta_dot
+        if engaged:
+            torque += self._kt_over_r * (voltage_v - self._km * theta_dot)
+        if self._fc:
+            torque -= self._fc * math.tanh(theta_dot / 0.01)
+        jps = self._jp * s
+        rhs1 = torque - 2.0 * jps * c * theta_dot * alpha_dot + self._mrl * s * alpha_dot**2
+        rhs2 = -self._bp * alpha_dot + jps * c * theta_dot**2 - self._mgl * s
+        m11 = self._j0 + jps * s
+        m12 = self._mrl * c
+        m22 = self._jp
+        det = m11 * m22 - m12 * m12
+        return (m22 * rhs1 - m12 * rhs2) / det, (m11 * rhs2 - m12 * rhs1) / det
+
+    def step(self, dt_s: float, voltage_v: float, engaged: bool) -> None:
+        """Advance by ``dt_s`` with the voltage held (zero-order hold), then apply the stop."""
+        v = self.effective_voltage(voltage_v)
+        th, al, td, ad = self.theta, self.alpha, self.theta_dot, self.alpha_dot
+        acc = self._accel
+        k1t, k1a = acc(al, td, ad, v, engaged)
+        h2 = 0.5 * dt_s
+        k2t, k2a = acc(al + h2 * ad, td + h2 * k1t, ad + h2 * k1a, v, engaged)
+        td2, ad2 = td + h2 * k1t, ad + h2 * k1a
+        k3t, k3a = acc(al + h2 * ad2, td + h2 * k2t, ad + h2 * k2a, v, engaged)
+        td3, ad3 = td + h2 * k2t, ad + h2 * k2a
+        k4t, k4a = acc(al + dt_s * ad3, td + dt_s * k3t, ad + dt_s * k3a, v, engaged)
+        td4, ad4 = td + dt_s * k3t, ad + dt_s * k3a
+        h6 = dt_s / 6.0
+        self.theta = th + h6 * (td + 2.0 * td2 + 2.0 * td3 + td4)
+        self.alpha = al + h6 * (ad + 2.0 * ad2 + 2.0 * ad3 + ad4)
+        self.theta_dot = td + h6 * (k1t + 2.0 * k2t + 2.0 * k3t + k4t)
+        self.alpha_dot = ad + h6 * (k1a + 2.0 * k2a + 2.0 * k3a + k4a)
+        self._apply_hard_stop()
+
+    def advance(self, duration_s: float, voltage_v: float, engaged: bool) -> None:
+        """Advance by a whole number of fixed physics steps covering ``duration_s``."""
+        h = self.params.physics_step_s
+        for _ in range(max(1, round(duration_s / h))):
+            self.step(h, voltage_v, engaged)
+
+    def _apply_hard_stop(self) -> None:
+        limit = self.params.arm_limit_rad
+        if abs(self.theta) < limit:
+            self.at_limit = False
+            return
+        self.at_limit = True
+        side = math.copysign(1.0, self.theta)
+        self.theta = side * limit
+        if self.theta_dot * side > 0.0:
+            # Impulsive, inelastic stop of the arm: the impulse acts on theta only, so the
+            # pendulum's generalised momentum p_alpha = M21 th' + M22 a' is conserved.
+            m21 = self._mrl * math.cos(self.alpha)
+            self.alpha_dot = (m21 * self.theta_dot + self._jp * self.alpha_dot) / self._jp
+            self.theta_dot = 0.0
+
+    # -- sensing ---------------------------------------------------------------------------
+
+    def encoder_counts(self) -> tuple[int, int]:
+        """Quantised ``(arm, pendulum)`` encoder counts; pendulum zero is hanging down."""
+        scale = self.params.encoder_counts_per_rev / TWO_PI
+        return round(self.theta * scale), round(self.alpha * scale)

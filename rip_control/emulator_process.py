@@ -1,0 +1,99 @@
+"""Start and stop the rig emulator as a child process (for the runner, demos and tests)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+import selectors
+import signal
+import subprocess
+import sys
+import time
+
+_PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a child Python process that must import this package from source."""
+    env = dict(os.environ)
+    paths = [str(_PACKAGE_ROOT)] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
+    env['PYTHONPATH'] = os.pathsep.join(dict.fromkeys(paths))
+    env.setdefault('PYTHONUNBUFFERED', '1')
+    env.update(extra or {})
+    return env
+
+
+class EmulatorProcess:
+    """A running ``rip_control.rig_emulator``; use as a context manager.
+
+    :param link: where the emulator links its pty.
+    :param args: extra command-line arguments (physics file, faults, ...).
+    :param ready_timeout_s: how long to wait for its READY line.
+    """
+
+    def __init__(
+        self, link: str | Path, args: list[str] | None = None, ready_timeout_s: float = 10.0
+    ) -> None:
+        self.link = Path(link)
+        self.args = list(args or [])
+        self.ready_timeout_s = ready_timeout_s
+        self.proc: subprocess.Popen[str] | None = None
+        self.device = ''
+        self.ready_line = ''
+
+    def start(self) -> EmulatorProcess:
+        """Spawn it and wait (bounded) until it serves the link."""
+        cmd = [sys.executable, '-m', 'rip_control.rig_emulator', '--link', str(self.link)]
+        self.proc = subprocess.Popen(
+            cmd + self.args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )
+        assert self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + self.ready_timeout_s
+        while time.monotonic() < deadline:
+            if sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                line = self.proc.stdout.readline()
+                if line.startswith('READY '):
+                    self.ready_line = line.strip()
+                    self.device = line.split()[1]
+                    sel.close()
+                    return self
+                if not line:
+                    break
+        sel.close()
+        err = self.stop()
+        raise RuntimeError(f'rig emulator did not become ready: {err.strip() or "no output"}')
+
+    @property
+    def alive(self) -> bool:
+        """Whether the process is still running."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, signum: int) -> None:
+        """Send a signal (SIGSTOP/SIGCONT/SIGKILL for fault tests)."""
+        if self.proc is not None:
+            self.proc.send_signal(signum)
+
+    def stop(self, timeout_s: float = 5.0) -> str:
+        """SIGTERM, wait (bounded, then SIGKILL); return what it printed to stderr."""
+        if self.proc is None:
+            return ''
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = self.proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        return err or ''
+
+    def __enter__(self) -> EmulatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,441 @@
+"""Gymnasium environments of the rotary inverted pendulum task: the rig and the simulator.
+
+Both share :class:`RipTask` (observation, reward, termination), so a policy trained in the
+simulator sees exactly the same numbers on the rig. The rig env splits a step into
+:meth:`RealRotaryInvertedPendulumEnv.apply_action` and
+:meth:`RealRotaryInvertedPendulumEnv.observe_and_step` so an external pacer decides *when*
+each happens; its plain :meth:`~RealRotaryInvertedPendulumEnv.step` paces itself with a
+sleep, which is the synchronous pattern whose rate stretches under a learner.
+
+Observation (6 floats)::
+
+    [theta, sin(phi), cos(phi), theta_dot / 10, phi_dot / 10, previous action]
+
+``theta`` is the arm angle (rad), ``phi`` the pendulum angle from upright (rad, wrapped to
+[-pi, pi)), velocities are encoder differences over the firmware's own sample interval.
+Action: one float in [-1, 1], scaled to ``max_action_v`` volts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+import math
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rip_control.dynamics import FurutaDynamics, PendulumParams
+from rip_control.protocol import RigState, Status
+from rip_control.rig_client import LowLevelClient
+
+OBS_SIZE = 6
+ACTION_SIZE = 1
+OBS_LABELS = ('theta', 'sin_phi', 'cos_phi', 'theta_dot', 'phi_dot', 'prev_action')
+VELOCITY_SCALE = 0.1
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """The task both environments pose. Validated here, once.
+
+    :param rate_hz: control rate; one env step is one period.
+    :param episode_seconds: truncation after this long of policy ticks.
+    :param max_action_v: volts at action = +/-1.
+    :param arm_limit_rad: safety limit: an episode terminates beyond it (the hard stop of the
+        rig is further out).
+    :param balance_threshold_rad: |phi| below which the pendulum counts as balanced.
+    :param reward_arm_weight: penalty weight of (theta / arm_limit)^2.
+    :param reward_action_weight: penalty weight of action^2.
+    :param reward_velocity_weight: penalty weight of (phi_dot / 10)^2.
+    :param termination_penalty: reward of a step that ends beyond the arm limit.
+    :param reset_timeout_s: give up settling the rig after this long (rig env only).
+    :param reset_kp_v_per_rad: arm-centring gain of the reset loop.
+    :param reset_kd_v_s_per_rad: arm damping gain of the reset loop.
+    :param reset_pendulum_damping_v_s_per_rad: gain of the pendulum-calming term.
+    """
+
+    rate_hz: float = 50.0
+    episode_seconds: float = 6.0
+    max_action_v: float = 8.0
+    arm_limit_rad: float = 1.6
+    balance_threshold_rad: float = 0.2
+    reward_arm_weight: float = 0.2
+    reward_action_weight: float = 0.05
+    reward_velocity_weight: float = 0.01
+    termination_penalty: float = -10.0
+    reset_timeout_s: float = 20.0
+    reset_kp_v_per_rad: float = 4.0
+    reset_kd_v_s_per_rad: float = 0.3
+    reset_pendulum_damping_v_s_per_rad: float = 0.15
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f'TaskConfig.{f.name} must be a finite number, got {value!r}')
+        for name in (
+            'rate_hz',
+            'episode_seconds',
+            'max_action_v',
+            'arm_limit_rad',
+            'balance_threshold_rad',
+            'reset_timeout_s',
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f'TaskConfig.{name} must be > 0, got {getattr(self, name)!r}')
+        if not 1.0 <= self.rate_hz <= 2000.0:
+            raise ValueError(f'TaskConfig.rate_hz must be in [1, 2000], got {self.rate_hz!r}')
+
+    @property
+    def period_s(self) -> float:
+        """Control period."""
+        return 1.0 / self.rate_hz
+
+    @property
+    def episode_steps(self) -> int:
+        """Policy ticks per episode."""
+        return max(1, round(self.episode_seconds * self.rate_hz))
+
+
+def wrap_angle(angle: float) -> float:
+    """Wrap to [-pi, pi)."""
+    return (angle + math.pi) % (2.0 * math.pi) - math.pi
+
+
+@dataclass(frozen=True)
+class PendulumReading:
+    """Angles (rad) and firmware time (s) of one sample; ``alpha`` is zero hanging down."""
+
+    theta: float
+    alpha: float
+    time_s: float
+
+    @property
+    def phi(self) -> float:
+        """Pendulum angle from upright, wrapped."""
+        return wrap_angle(self.alpha - math.pi)
+
+
+class RipTask:
+    """Observation, reward and termination of the task, shared by rig and simulator."""
+
+    def __init__(self, config: TaskConfig) -> None:
+        self.config = config
+
+    def observe(
+        self, prev: PendulumReading, cur: PendulumReading, prev_action: float
+    ) -> tuple[np.ndarray, float, float]:
+        """Observation plus the raw velocities ``(theta_dot, phi_dot)`` from two readings."""
+        dt = cur.time_s - prev.time_s
+        if dt <= 0.0:
+            theta_dot = phi_dot = 0.0
+        else:
+            theta_dot = (cur.theta - prev.theta) / dt
+            phi_dot = (cur.alpha - prev.alpha) / dt  # unwrapped counts: no jump at +/-pi
+        phi = cur.phi
+        obs = np.array(
+            [
+                cur.theta,
+                math.sin(phi),
+                math.cos(phi),
+                theta_dot * VELOCITY_SCALE,
+                phi_dot * VELOCITY_SCALE,
+                prev_action,
+            ],
+            dtype=np.float32,
+        )
+        return obs, theta_dot, phi_dot
+
+    def reward(self, reading: PendulumReading, phi_dot: float, action: float) -> float:
+        """Upright and centred, with small penalties for arm excursion, effort and spin."""
+        c = self.config
+        upright = 0.5 * (1.0 + math.cos(reading.phi))
+        arm = (reading.theta / c.arm_limit_rad) ** 2
+        spin = (phi_dot * VELOCITY_SCALE) ** 2
+        return (
+            upright
+            - c.reward_arm_weight * arm
+            - c.reward_action_weight * action * action
+            - c.reward_velocity_weight * spin
+        )
+
+    def terminated(self, reading: PendulumReading) -> bool:
+        """Safety termination: the arm beyond its limit."""
+        return abs(reading.theta) > self.config.arm_limit_rad
+
+    def is_balanced(self, reading: PendulumReading) -> bool:
+        """|phi| within the balance threshold."""
+        return abs(reading.phi) < self.config.balance_threshold_rad
+
+
+def _spaces() -> tuple[gym.spaces.Box, gym.spaces.Box]:
+    high = np.array([math.pi, 1.0, 1.0, 10.0, 10.0, 1.0], dtype=np.float32)
+    obs_space = gym.spaces.Box(-high, high, dtype=np.float32)
+    act_space = gym.spaces.Box(-1.0, 1.0, shape=(ACTION_SIZE,), dtype=np.float32)
+    return obs_space, act_space
+
+
+def _action_value(action: Any) -> float:
+    value = float(np.asarray(action, dtype=np.float64).reshape(-1)[0])
+    if not math.isfinite(value):
+        raise ValueError(f'action must be finite, got {value!r}')
+    return max(-1.0, min(1.0, value))
+
+
+class RealRotaryInvertedPendulumEnv(gym.Env):
+    """The task on a rig reached through :class:`LowLevelClient` (physical or emulated).
+
+    :param client: an open client.
+    :param config: the task.
+    """
+
+    metadata = {'render_modes': []}
+
+    def __init__(self, client: LowLevelClient, config: TaskConfig) -> None:
+        if client.device_info is None:
+            raise ValueError('the rig client must be open (call client.open() first)')
+        self.client = client
+        self.config = config
+        self.task = RipTask(config)
+        self.observation_space, self.action_space = _spaces()
+        self._rad_per_count = 2.0 * math.pi / client.device_info.counts_per_rev
+        self._prev: PendulumReading | None = None
+        self._prev_action = 0.0
+        self._steps = 0
+        self._last_obs_t = 0.0
+        self._ts_unwrap = _TimestampUnwrapper()
+        self.last_state: RigState | None = None
+        self._next_tick = 0.0
+
+    # -- readings --------------------------------------------------------------------------
+
+    def read(self) -> PendulumReading:
+        """One GET_STATE, converted to angles and seconds."""
+        state = self.client.get_state()
+        self.last_state = state
+        k = self._rad_per_count
+        t = self._ts_unwrap(state.timestamp_us)
+        return PendulumReading(state.arm_counts * k, state.pendulum_counts * k, t)
+
+    # -- split step ------------------------------------------------------------------------
+
+    def apply_action(self, action: Any) -> None:
+        """Send the action (in [-1, 1]) as a motor voltage; also feeds the firmware deadman."""
+        value = _action_value(action)
+        self.client.set_voltage(value * self.config.max_action_v)
+        self._prev_action = value
+
+    def observe_and_step(self) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Read the rig and complete the transition begun by the last :meth:`apply_action`."""
+        if self._prev is None:
+            raise RuntimeError('call reset() before stepping')
+        now = time.monotonic()
+        cur = self.read()
+        obs, _, phi_dot = self.task.observe(self._prev, cur, self._prev_action)
+        reward = self.task.reward(cur, phi_dot, self._prev_action)
+        terminated = self.task.terminated(cur)
+        if terminated:
+            reward = self.config.termination_penalty
+        self._steps += 1
+        truncated = not terminated and self._steps >= self.config.episode_steps
+        info = {
+            'dt_s': now - self._last_obs_t,
+            'firmware_dt_s': cur.time_s - self._prev.time_s,
+            'phi': cur.phi,
+            'theta': cur.theta,
+            'engaged': bool(self.last_state and self.last_state.status & Status.ENGAGED),
+            'deadman_tripped': bool(
+                self.last_state and self.last_state.status & Status.DEADMAN_TRIPPED
+            ),
+        }
+        self._prev = cur
+        self._last_obs_t = now
+        return obs, reward, terminated, truncated, info
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Self-paced step: act, sleep to the next tick, observe.
+
+        This is the synchronous pattern: when the caller spends longer than a period between
+        steps (e.g. in gradient updates), every tick is late and the rate silently drops.
+        The measured interval is reported in ``info['dt_s']``.
+        """
+        self.apply_action(action)
+        self._next_tick += self.config.period_s
+        remaining = self._next_tick - time.monotonic()
+        if remaining > 0:
+            time.sleep(remaining)
+        else:
+            self._next_tick = time.monotonic()
+        return self.observe_and_step()
+
+    # -- reset -----------------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Bring the rig to rest, arm centred and pendulum hanging still; then observe.
+
+        A paced PD loop centres the arm while a pendulum-calming term removes swing energy;
+        it never teleports. ``info['settled']`` is False if ``reset_timeout_s`` ran out.
+        """
+        super().reset(seed=seed)
+        settled, duration = self.settle()
+        self._prev = self.read()
+        self._prev_action = 0.0
+        self._steps = 0
+        self._last_obs_t = time.monotonic()
+        self._next_tick = self._last_obs_t
+        obs, _, _ = self.task.observe(self._prev, self._prev, 0.0)
+        return obs, {'settled': settled, 'reset_s': duration}
+
+    def settle(self) -> tuple[bool, float]:
+        """Run the reset controller until the rig is at rest; return (settled, seconds)."""
+        c = self.config
+        self.client.engage()
+        start = time.monotonic()
+        next_tick = start
+        prev = self.read()
+        still_since: float | None = None
+        while True:
+            next_tick += c.period_s
+            remaining = next_tick - time.monotonic()
+            if remaining > 0:
+                time.sleep(remaining)
+            cur = self.read()
+            dt = max(cur.time_s - prev.time_s, 1e-6)
+            theta_dot = (cur.theta - prev.theta) / dt
+            alpha_dot = (cur.alpha - prev.alpha) / dt
+            alpha_down = wrap_angle(cur.alpha)
+            voltage = reset_voltage(c, cur.theta, theta_dot, alpha_down, alpha_dot)
+            self.client.set_voltage(voltage)
+            prev = cur
+            now = time.monotonic()
+            quiet = (
+                abs(cur.theta) < 0.05
+                and abs(theta_dot) < 0.3
+                and abs(alpha_down) < 0.05
+                and abs(alpha_dot) < 0.3
+            )
+            if quiet:
+                still_since = still_since if still_since is not None else now
+                if now - still_since >= 0.5:
+                    self.client.set_voltage(0.0)
+                    return True, now - start
+            else:
+                still_since = None
+            if now - start > c.reset_timeout_s:
+                self.client.set_voltage(0.0)
+                return False, now - start
+
+    def disengage_safely(self) -> None:
+        """Disengage the motor; callable from any thread."""
+        self.client.disengage_motor()
+
+    def close(self) -> None:
+        """Disengage (best effort); the caller owns and closes the client."""
+        if self.client.is_open:
+            try:
+                self.client.disengage_motor()
+            except Exception:  # noqa: BLE001 - closing must not raise; the deadman backs it up
+                pass
+
+
+def reset_voltage(
+    config: TaskConfig, theta: float, theta_dot: float, alpha_down: float, alpha_dot: float
+) -> float:
+    """The reset controller: centre the arm (PD) and calm the hanging pendulum.
+
+    Driving the arm against the pendulum's velocity (times cos alpha) takes swing energy out
+    through the arm; in simulation it settles a 2.5 rad swing in 2.5 s instead of 3.1 s with
+    the PD alone (and far longer with the motor off). Positive gains destabilise.
+    """
+    v = -config.reset_kp_v_per_rad * theta - config.reset_kd_v_s_per_rad * theta_dot
+    v -= config.reset_pendulum_damping_v_s_per_rad * math.cos(alpha_down) * alpha_dot
+    limit = 0.5 * config.max_action_v
+    return max(-limit, min(limit, v))
+
+
+class _TimestampUnwrapper:
+    """Turns the firmware's wrapping u32 microsecond counter into monotonic seconds."""
+
+    def __init__(self) -> None:
+        self._last: int | None = None
+        self._offset = 0
+
+    def __call__(self, timestamp_us: int) -> float:
+        if self._last is not None and timestamp_us < self._last:
+            self._offset += 1 << 32
+        self._last = timestamp_us
+        return (timestamp_us + self._offset) * 1e-6
+
+
+class SimRotaryInvertedPendulumEnv(gym.Env):
+    """The same task on the simulated pendulum, as fast as the CPU allows (not real time).
+
+    Uses the emulator's dynamics and encoder quantisation. :meth:`reset` places the state
+    directly (SIMULATION ONLY: a real rig cannot be teleported): hanging down at rest by
+    default, or near upright with ``options={'start': 'upright'}``.
+
+    :param config: the task.
+    :param params: physics; default QUBE-Servo 2.
+    """
+
+    metadata = {'render_modes': []}
+
+    def __init__(self, config: TaskConfig, params: PendulumParams | None = None) -> None:
+        self.config = config
+        self.params = params or PendulumParams()
+        self.task = RipTask(config)
+        self.dynamics = FurutaDynamics(self.params)
+        self.observation_space, self.action_space = _spaces()
+        self._k = 2.0 * math.pi / self.params.encoder_counts_per_rev
+        self._prev: PendulumReading | None = None
+        self._prev_action = 0.0
+        self._steps = 0
+        self._t = 0.0
+
+    def _read(self) -> PendulumReading:
+        arm, pend = self.dynamics.encoder_counts()
+        return PendulumReading(arm * self._k, pend * self._k, self._t)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Place the pendulum (simulation-only fast reset)."""
+        super().reset(seed=seed)
+        start = (options or {}).get('start', 'down')
+        if start == 'upright':
+            alpha = math.pi + float(self.np_random.uniform(-0.1, 0.1))
+        elif start == 'down':
+            alpha = float(self.np_random.uniform(-0.05, 0.05))
+        else:
+            raise ValueError(f"options['start'] must be 'down' or 'upright', got {start!r}")
+        self.dynamics.set_state(0.0, alpha)
+        self._t = 0.0
+        self._steps = 0
+        self._prev_action = 0.0
+        self._prev = self._read()
+        obs, _, _ = self.task.observe(self._prev, self._prev, 0.0)
+        return obs, {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Advance one control period with the action held."""
+        if self._prev is None:
+            raise RuntimeError('call reset() before step()')
+        value = _action_value(action)
+        period = self.config.period_s
+        self.dynamics.advance(period, value * self.config.max_action_v, engaged=True)
+        self._t += period
+        cur = self._read()
+        obs, _, phi_dot = self.task.observe(self._prev, cur, value)
+        reward = self.task.reward(cur, phi_dot, value)
+        terminated = self.task.terminated(cur)
+        if terminated:
+            reward = self.config.termination_penalty
+        self._steps += 1
+        truncated = not terminated and self._steps >= self.config.episode_steps
+        self._prev = cur
+        self._prev_action = value
+        return obs, reward, terminated, truncated, {'phi': cur.phi, 'theta': cur.theta}

@@ -1,0 +1,449 @@
+"""Rig emulator: plays the rig firmware behind a pseudo-terminal, with real-time physics.
+
+Run it as ``python -m rip_control.rig_emulator [--link /tmp/rip_rig] [--params rig.yaml]``.
+It creates a pty pair, links the device at ``--link``, prints one ``READY <device> <link>``
+line, and serves ``docs/serial_protocol.md`` until SIGINT/SIGTERM, when it removes the link.
+The physics advances with the monotonic clock in fixed steps whether or not anyone talks to
+it, and the firmware deadman disengages the motor when the host goes quiet, exactly as the
+firmware spec requires. Command-line options inject faults for tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import deque
+from dataclasses import dataclass
+import math
+import os
+from pathlib import Path
+import random
+import select
+import signal
+import sys
+import time
+import tty
+
+from rip_control.dynamics import FurutaDynamics, PendulumParams
+from rip_control.protocol import (
+    PROTOCOL_VERSION,
+    REPLY_BIT,
+    REQUEST_PAYLOAD_SIZE,
+    Ack,
+    Cmd,
+    DeviceInfo,
+    ErrorCode,
+    Frame,
+    FrameParser,
+    Nack,
+    RigState,
+    Status,
+    encode_frame,
+    unpack_deadman_ms,
+    unpack_voltage_mv,
+)
+from rip_control.realtime import try_realtime
+
+FIRMWARE_BUILD = 1
+DEADMAN_RANGE_MS = (10, 2000)
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    """Faults to inject, counted over requests received after ``start_after_s``.
+
+    :param drop_every: leave every Nth request unanswered (0: never).
+    :param garbage_every: send random garbage bytes before every Nth reply (0: never).
+    :param garbage_bytes: how many garbage bytes each time.
+    :param stall_every: delay every Nth reply by ``stall_ms`` (0: never).
+    :param stall_ms: the delay; physics and deadman keep running meanwhile.
+    :param freeze_after_s: stop answering anything after this many seconds (0: never).
+    :param exit_after_s: exit abruptly (no clean-up, link left dangling) after this many
+        seconds (0: never).
+    :param start_after_s: faults are active only after this many seconds from start.
+    """
+
+    drop_every: int = 0
+    garbage_every: int = 0
+    garbage_bytes: int = 16
+    stall_every: int = 0
+    stall_ms: float = 0.0
+    freeze_after_s: float = 0.0
+    exit_after_s: float = 0.0
+    start_after_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ('drop_every', 'garbage_every', 'garbage_bytes', 'stall_every'):
+            if getattr(self, name) < 0:
+                raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
+        for name in ('stall_ms', 'freeze_after_s', 'exit_after_s', 'start_after_s'):
+            if not math.isfinite(getattr(self, name)) or getattr(self, name) < 0:
+                raise ValueError(f'{name} must be a finite number >= 0, got {getattr(self, name)}')
+
+
+class Firmware:
+    """The firmware's logic: command handling, motor driver state, deadman, encoders.
+
+    Time is passed in explicitly (seconds on the monotonic clock) so tests can drive it
+    without waiting; :func:`serve` feeds it wall-clock time.
+
+    :param params: physics of the emulated rig.
+    :param deadman_timeout_ms: disengage when engaged and no SET_VOLTAGE/ENGAGE arrives
+        for this long.
+    :param start_time_s: monotonic time of power-on; timestamps count from it.
+    :param seed: seed for encoder noise.
+    """
+
+    def __init__(
+        self,
+        params: PendulumParams,
+        *,
+        deadman_timeout_ms: int = 100,
+        start_time_s: float = 0.0,
+        seed: int | None = None,
+    ) -> None:
+        self.params = params
+        self.dynamics = FurutaDynamics(params)
+        self.deadman_timeout_ms = deadman_timeout_ms
+        self.engaged = False
+        self.deadman_tripped = False
+        self.voltage_clamped = False
+        self.voltage_v = 0.0
+        self.last_error = ErrorCode.NONE
+        self.n_deadman_trips = 0
+        self.n_requests = 0
+        self._t0 = start_time_s
+        self._sim_time_s = 0.0
+        self._last_heartbeat_s = start_time_s
+        self._rng = random.Random(seed)
+        self._history: deque[tuple[float, int, int]] = deque()
+        self._max_mv = round(params.max_voltage_v * 1000.0)
+
+    # -- time ------------------------------------------------------------------------------
+
+    def advance_to(self, now_s: float) -> None:
+        """Integrate the physics in fixed steps up to ``now_s``, checking the deadman."""
+        h = self.params.physics_step_s
+        target = now_s - self._t0
+        while self._sim_time_s + h <= target:
+            self._check_deadman(self._t0 + self._sim_time_s)
+            self.dynamics.step(h, self.voltage_v, self.engaged)
+            self._sim_time_s += h
+            if self.params.sensing_latency_s > 0.0:
+                self._record_history()
+        self._check_deadman(now_s)
+
+    def _check_deadman(self, now_s: float) -> None:
+        if self.engaged and (now_s - self._last_heartbeat_s) * 1000.0 > self.deadman_timeout_ms:
+            self.engaged = False
+            self.voltage_v = 0.0
+            self.deadman_tripped = True
+            self.n_deadman_trips += 1
+
+    def _record_history(self) -> None:
+        arm, pend = self.dynamics.encoder_counts()
+        self._history.append((self._sim_time_s, arm, pend))
+        horizon = self.params.sensing_latency_s + 0.1
+        while self._history and self._history[0][0] < self._sim_time_s - horizon:
+            self._history.popleft()
+
+    # -- status ----------------------------------------------------------------------------
+
+    @property
+    def status(self) -> Status:
+        """Current status flags."""
+        flags = Status(0)
+        if self.engaged:
+            flags |= Status.ENGAGED
+        if self.deadman_tripped:
+            flags |= Status.DEADMAN_TRIPPED
+        if self.dynamics.at_limit:
+            flags |= Status.ARM_LIMIT
+        if self.voltage_clamped:
+            flags |= Status.VOLTAGE_CLAMPED
+        return flags
+
+    def sample(self) -> RigState:
+        """The state a GET_STATE reply carries (delayed by the sensing latency, if any)."""
+        t_s = self._sim_time_s
+        if self.params.sensing_latency_s > 0.0 and self._history:
+            wanted = t_s - self.params.sensing_latency_s
+            t_s, arm, pend = self._history[0]
+            for entry in self._history:
+                if entry[0] > wanted:
+                    break
+                t_s, arm, pend = entry
+        else:
+            arm, pend = self.dynamics.encoder_counts()
+        if self.params.encoder_noise_counts > 0.0:
+            arm += round(self._rng.gauss(0.0, self.params.encoder_noise_counts))
+            pend += round(self._rng.gauss(0.0, self.params.encoder_noise_counts))
+        state = RigState(
+            arm_counts=arm,
+            pendulum_counts=pend,
+            timestamp_us=round(t_s * 1e6) & 0xFFFFFFFF,
+            status=self.status,
+            last_error=self.last_error,
+            applied_voltage_mv=round(self.voltage_v * 1000.0) if self.engaged else 0,
+        )
+        self.last_error = ErrorCode.NONE  # reported once, then cleared
+        return state
+
+    # -- commands --------------------------------------------------------------------------
+
+    def handle(self, frame: Frame, now_s: float) -> bytes:
+        """Execute one CRC-valid request and return the reply frame's bytes."""
+        self.n_requests += 1
+        self.advance_to(now_s)
+        try:
+            cmd = Cmd(frame.cmd)
+        except ValueError:
+            return self._nack(frame, ErrorCode.UNKNOWN_COMMAND)
+        if cmd is Cmd.NACK:
+            return self._nack(frame, ErrorCode.UNKNOWN_COMMAND)
+        if len(frame.payload) != REQUEST_PAYLOAD_SIZE[cmd]:
+            return self._nack(frame, ErrorCode.BAD_LENGTH)
+        if cmd is Cmd.PING:
+            info = DeviceInfo(
+                protocol_version=PROTOCOL_VERSION,
+                deadman_timeout_ms=self.deadman_timeout_ms,
+                counts_per_rev=self.params.encoder_counts_per_rev,
+                max_voltage_mv=self._max_mv,
+                firmware_build=FIRMWARE_BUILD,
+            )
+            return self._reply(frame, info.pack())
+        if cmd is Cmd.GET_STATE:
+            return self._reply(frame, self.sample().pack())
+        if cmd is Cmd.SET_VOLTAGE:
+            if not self.engaged:
+                self.voltage_v = 0.0
+                return self._nack(frame, ErrorCode.NOT_ENGAGED)
+            mv = unpack_voltage_mv(frame.payload)
+            self.voltage_clamped = abs(mv) > self._max_mv
+            mv = max(-self._max_mv, min(self._max_mv, mv))
+            self.voltage_v = mv / 1000.0
+            self._last_heartbeat_s = now_s
+        elif cmd is Cmd.ENGAGE:
+            self.engaged = True
+            self.deadman_tripped = False
+            self.voltage_v = 0.0
+            self._last_heartbeat_s = now_s
+        elif cmd is Cmd.DISENGAGE:
+            self.engaged = False
+            self.voltage_v = 0.0
+        elif cmd is Cmd.SET_DEADMAN:
+            ms = unpack_deadman_ms(frame.payload)
+            if not DEADMAN_RANGE_MS[0] <= ms <= DEADMAN_RANGE_MS[1]:
+                return self._nack(frame, ErrorCode.OUT_OF_RANGE)
+            self.deadman_timeout_ms = ms
+        return self._reply(frame, Ack(self.status, self.last_error).pack())
+
+    def _reply(self, frame: Frame, payload: bytes) -> bytes:
+        return encode_frame(frame.seq, (frame.cmd | REPLY_BIT) & 0xFF, payload)
+
+    def _nack(self, frame: Frame, error: ErrorCode) -> bytes:
+        self.last_error = error
+        return encode_frame(frame.seq, Cmd.NACK | REPLY_BIT, Nack(error, frame.cmd).pack())
+
+    def note_bad_frame(self) -> None:
+        """A corrupt frame was dropped (the host learns of it through ``last_error``)."""
+        self.last_error = ErrorCode.BAD_CRC
+
+
+class _Server:
+    """The pty side: reads bytes, feeds the firmware, writes replies, injects faults."""
+
+    def __init__(self, firmware: Firmware, faults: FaultConfig, master_fd: int) -> None:
+        self.firmware = firmware
+        self.faults = faults
+        self.fd = master_fd
+        self.parser = FrameParser()
+        self.stop = False
+        self._n_faultable = 0
+        self._pending: list[tuple[float, bytes]] = []  # (send_at, bytes), stalled replies
+        self._rng = random.Random(1234)
+
+    def run(self, start_s: float) -> None:
+        firmware, faults = self.firmware, self.faults
+        tick_s = min(0.001, firmware.params.physics_step_s)
+        while not self.stop:
+            now = time.monotonic()
+            since_start = now - start_s
+            if faults.exit_after_s and since_start >= faults.exit_after_s:
+                os._exit(3)  # abrupt by design: no clean-up, as when a USB cable is pulled
+            timeout = tick_s
+            if self._pending:
+                timeout = max(0.0, min(timeout, self._pending[0][0] - now))
+            try:
+                readable, _, _ = select.select([self.fd], [], [], timeout)
+            except InterruptedError:
+                continue
+            now = time.monotonic()
+            firmware.advance_to(now)
+            self._flush_pending(now)
+            if not readable:
+                continue
+            try:
+                data = os.read(self.fd, 4096)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b''  # EIO: no process has the slave open; keep serving
+            if not data:
+                continue
+            errors_before = self.parser.n_errors
+            frames = self.parser.feed(data)
+            if self.parser.n_errors != errors_before:
+                firmware.note_bad_frame()
+            frozen = faults.freeze_after_s and since_start >= faults.freeze_after_s
+            for frame in frames:
+                if frozen:
+                    continue
+                reply = firmware.handle(frame, time.monotonic())
+                self._send(reply, since_start >= faults.start_after_s)
+
+    def _send(self, reply: bytes, faults_active: bool) -> None:
+        faults = self.faults
+        delay_s = 0.0
+        if faults_active:
+            self._n_faultable += 1
+            n = self._n_faultable
+            if faults.drop_every and n % faults.drop_every == 0:
+                return
+            if faults.garbage_every and n % faults.garbage_every == 0:
+                reply = self._rng.randbytes(faults.garbage_bytes) + reply
+            if faults.stall_every and n % faults.stall_every == 0:
+                delay_s = faults.stall_ms / 1000.0
+        if delay_s > 0.0 or self._pending:
+            self._pending.append((time.monotonic() + delay_s, reply))
+            return
+        self._write(reply)
+
+    def _flush_pending(self, now: float) -> None:
+        while self._pending and self._pending[0][0] <= now:
+            self._write(self._pending.pop(0)[1])
+
+    def _write(self, data: bytes) -> None:
+        try:
+            os.write(self.fd, data)
+        except OSError:
+            pass  # nobody listening: a real UART would drop these bytes too
+
+
+def _make_link(link: Path, device: str) -> None:
+    tmp = link.with_name(f'.{link.name}.{os.getpid()}')
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    os.symlink(device, tmp)
+    os.replace(tmp, link)  # atomic: a client never sees a half-made link
+
+
+def _remove_link(link: Path, device: str) -> None:
+    try:
+        if link.is_symlink() and os.readlink(link) == device:
+            link.unlink()
+    except OSError:
+        pass
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    """Command-line interface (also used by the launch helpers to validate arguments)."""
+    ap = argparse.ArgumentParser(
+        prog='rig_emulator',
+        description='Emulate the rotary inverted pendulum firmware behind a pseudo-terminal.',
+    )
+    ap.add_argument(
+        '--link', default='/tmp/rip_rig', help='symlink to the pty (default %(default)s)'
+    )
+    ap.add_argument(
+        '--params', default='', help='YAML file of rig physics (default: QUBE-Servo 2)'
+    )
+    ap.add_argument(
+        '--deadman-ms', type=int, default=100, help='deadman timeout (default %(default)s)'
+    )
+    ap.add_argument('--seed', type=int, default=None, help='seed for encoder noise')
+    ap.add_argument(
+        '--rt-priority',
+        type=int,
+        default=70,
+        help='SCHED_FIFO priority; 0 disables (default %(default)s)',
+    )
+    ap.add_argument('--cpu', type=int, default=-1, help='pin to this CPU (default: no pinning)')
+    fault = ap.add_argument_group('fault injection')
+    fault.add_argument(
+        '--drop-every', type=int, default=0, help='leave every Nth request unanswered'
+    )
+    fault.add_argument(
+        '--garbage-every', type=int, default=0, help='prefix every Nth reply with garbage'
+    )
+    fault.add_argument('--garbage-bytes', type=int, default=16, help='garbage bytes per injection')
+    fault.add_argument('--stall-every', type=int, default=0, help='delay every Nth reply')
+    fault.add_argument('--stall-ms', type=float, default=0.0, help='delay of a stalled reply, ms')
+    fault.add_argument(
+        '--freeze-after', type=float, default=0.0, help='stop answering after S seconds'
+    )
+    fault.add_argument(
+        '--exit-after', type=float, default=0.0, help='exit abruptly after S seconds'
+    )
+    fault.add_argument(
+        '--faults-after', type=float, default=0.0, help='faults start after S seconds'
+    )
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: serve until SIGINT/SIGTERM."""
+    args = build_arg_parser().parse_args(argv)
+    try:
+        params = PendulumParams.from_yaml(args.params) if args.params else PendulumParams()
+        faults = FaultConfig(
+            drop_every=args.drop_every,
+            garbage_every=args.garbage_every,
+            garbage_bytes=args.garbage_bytes,
+            stall_every=args.stall_every,
+            stall_ms=args.stall_ms,
+            freeze_after_s=args.freeze_after,
+            exit_after_s=args.exit_after,
+            start_after_s=args.faults_after,
+        )
+        if not DEADMAN_RANGE_MS[0] <= args.deadman_ms <= DEADMAN_RANGE_MS[1]:
+            raise ValueError(f'--deadman-ms must be in {DEADMAN_RANGE_MS}, got {args.deadman_ms}')
+    except (ValueError, FileNotFoundError) as exc:
+        print(f'rig_emulator: error: {exc}', file=sys.stderr)
+        return 2
+
+    master, slave = os.openpty()
+    tty.setraw(slave)  # no echo, no line discipline: bytes pass through untouched
+    os.set_blocking(master, False)
+    device = os.ttyname(slave)
+    link = Path(args.link)
+    _make_link(link, device)
+
+    rt_note = try_realtime(args.rt_priority, cpu=args.cpu if args.cpu >= 0 else None)
+    start = time.monotonic()
+    firmware = Firmware(
+        params, deadman_timeout_ms=args.deadman_ms, start_time_s=start, seed=args.seed
+    )
+    server = _Server(firmware, faults, master)
+
+    def _stop(signum: int, _frame: object) -> None:
+        server.stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    print(f'READY {device} {link} physics={params.physics_rate_hz:.0f}Hz {rt_note}', flush=True)
+    try:
+        server.run(start)
+    finally:
+        _remove_link(link, device)
+        os.close(master)
+        os.close(slave)
+    print(
+        f'rig_emulator: stopped after {firmware.n_requests} requests, '
+        f'{firmware.n_deadman_trips} deadman trip(s), {server.parser.n_errors} bad frame(s)',
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""ament_python build of rip_control (also installs the rip_learner package)."""
+
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = 'rip_control'
+
+setup(
+    name=PACKAGE,
+    version='0.1.0',
+    packages=find_packages(exclude=['test', 'test.*', 'bench', 'bench.*']),
+    data_files=[
+        ('share/ament_index/resource_index/packages', ['resource/' + PACKAGE]),
+        ('share/' + PACKAGE, ['package.xml']),
+        ('share/' + PACKAGE + '/launch', glob('launch/*.launch.py')),
+        ('share/' + PACKAGE + '/config', glob('config/*.yaml')),
+    ],
+    install_requires=['setuptools'],
+    zip_safe=True,
+    maintainer='rip_control maintainers',
+    maintainer_email='rip-control@example.com',
+    description='Rate-exact SAC fine-tuning on a rotary inverted pendulum (ROS 2).',
+    license='Apache-2.0',
+    entry_points={
+        'console_scripts': [
+            'rig_emulator = rip_control.rig_emulator:main',
+            'rig_check = rip_control.rig_check:main',
+        ],
+    },
+)

@@ -1,0 +1,102 @@
+"""The task, the simulator env and the rig env (against the emulator through a pty)."""
+
+import math
+
+from gymnasium.utils.env_checker import check_env
+import numpy as np
+import pytest
+
+from rip_control.env import (
+    OBS_SIZE,
+    PendulumReading,
+    RealRotaryInvertedPendulumEnv,
+    RipTask,
+    SimRotaryInvertedPendulumEnv,
+    TaskConfig,
+    _TimestampUnwrapper,
+    wrap_angle,
+)
+from rip_control.rig_client import LowLevelClient
+
+
+def test_wrap_angle_maps_into_minus_pi_to_pi():
+    assert wrap_angle(3 * math.pi / 2) == pytest.approx(-math.pi / 2)
+    assert wrap_angle(-3 * math.pi / 2) == pytest.approx(math.pi / 2)
+    assert wrap_angle(0.5) == pytest.approx(0.5)
+
+
+def test_firmware_timestamp_wrap_is_unwrapped():
+    unwrap = _TimestampUnwrapper()
+    assert unwrap(0xFFFFFFF0) == pytest.approx(0xFFFFFFF0 * 1e-6)
+    assert unwrap(0x10) == pytest.approx((0x10 + (1 << 32)) * 1e-6)
+
+
+def test_reward_is_highest_upright_and_centred():
+    task = RipTask(TaskConfig())
+    upright = PendulumReading(0.0, math.pi, 0.0)
+    down = PendulumReading(0.0, 0.0, 0.0)
+    off_centre = PendulumReading(1.0, math.pi, 0.0)
+    assert task.reward(upright, 0.0, 0.0) == pytest.approx(1.0)
+    assert task.reward(down, 0.0, 0.0) == pytest.approx(0.0)
+    assert task.reward(off_centre, 0.0, 0.0) < 1.0
+    assert task.reward(upright, 0.0, 1.0) < 1.0
+
+
+def test_velocity_uses_the_measured_interval():
+    task = RipTask(TaskConfig())
+    a = PendulumReading(0.0, 0.0, 1.0)
+    b = PendulumReading(0.1, 0.2, 1.025)  # a 25 ms sample interval, not the nominal 20
+    _, theta_dot, phi_dot = task.observe(a, b, 0.0)
+    assert theta_dot == pytest.approx(4.0) and phi_dot == pytest.approx(8.0)
+
+
+def test_task_config_names_the_bad_field():
+    with pytest.raises(ValueError, match='TaskConfig.rate_hz must be > 0, got -5'):
+        TaskConfig(rate_hz=-5)
+    with pytest.raises(ValueError, match='TaskConfig.max_action_v must be a finite number'):
+        TaskConfig(max_action_v=float('nan'))
+
+
+def test_sim_env_passes_the_gymnasium_checker():
+    check_env(SimRotaryInvertedPendulumEnv(TaskConfig()), skip_render_check=True)
+
+
+def test_sim_env_truncates_at_episode_length_and_terminates_at_the_arm_limit():
+    env = SimRotaryInvertedPendulumEnv(TaskConfig(episode_seconds=0.5))
+    env.reset(seed=0)
+    for i in range(25):  # noqa: B007 - i is checked after the loop
+        _, _, terminated, truncated, _ = env.step(np.zeros(1))
+        assert not terminated
+    assert truncated and i == 24
+    env.reset(seed=0)
+    for _ in range(100):
+        _, reward, terminated, _, info = env.step(np.ones(1))
+        if terminated:
+            break
+    assert terminated and abs(info['theta']) > 1.6 and reward == -10.0
+
+
+def test_sim_env_rejects_non_finite_actions():
+    env = SimRotaryInvertedPendulumEnv(TaskConfig())
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match='action must be finite, got nan'):
+        env.step(np.array([np.nan]))
+
+
+def test_rig_env_resets_steps_at_its_rate_and_disengages_on_close(emulator):
+    client = LowLevelClient(str(emulator.link), timeout_s=0.02)
+    client.open()
+    env = RealRotaryInvertedPendulumEnv(client, TaskConfig(episode_seconds=0.4))
+    obs, info = env.reset(seed=0)
+    assert obs.shape == (OBS_SIZE,) and info['settled']
+    dts = []
+    for _ in range(20):
+        obs, reward, terminated, truncated, step_info = env.step(np.array([0.05]))
+        dts.append(step_info['dt_s'])
+        assert step_info['engaged']
+    assert truncated and not terminated
+    assert np.mean(dts) == pytest.approx(0.02, abs=0.002)
+    assert obs[0] > 0  # 20 ticks of +0.4 V turned the arm positive
+    env.close()
+    assert not client.get_state().engaged
+    client.close()

@@ -1,0 +1,67 @@
+"""Packaging and code-quality checks: colcon build of the ament_python package, lint, types."""
+
+import os
+from pathlib import Path
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def _tool(name):
+    path = BIN / name
+    if not path.exists():
+        found = shutil.which(name)
+        if found is None:
+            pytest.fail(f'{name} is not installed (make test installs it into .venv)')
+        path = Path(found)
+    return str(path)
+
+
+@pytest.mark.slow
+def test_colcon_build_installs_executables_launch_and_config(tmp_path):
+    src = tmp_path / 'ws' / 'src'
+    src.mkdir(parents=True)
+    ignore = shutil.ignore_patterns(
+        '.venv', '.git', 'build', 'install', 'log', '__pycache__', 'runs'
+    )
+    shutil.copytree(REPO, src / 'rip_control', ignore=ignore)
+    env = dict(os.environ, PATH=f'{BIN}{os.pathsep}{os.environ["PATH"]}')
+    proc = subprocess.run(
+        [_tool('colcon'), 'build', '--event-handlers', 'console_direct-'],
+        cwd=tmp_path / 'ws',
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    prefix = tmp_path / 'ws' / 'install' / 'rip_control'
+    share = prefix / 'share' / 'rip_control'
+    assert (
+        prefix / 'share' / 'ament_index' / 'resource_index' / 'packages' / 'rip_control'
+    ).exists()
+    assert (share / 'package.xml').exists()
+    assert {p.name for p in (share / 'launch').glob('*.launch.py')} >= {'rig_emulator.launch.py'}
+    assert (share / 'config' / 'finetune.yaml').exists()
+    for exe in ('rig_emulator', 'rig_check'):
+        assert os.access(prefix / 'lib' / 'rip_control' / exe, os.X_OK), exe
+
+
+def test_ruff_lint_is_clean():
+    proc = subprocess.run(
+        [_tool('ruff'), 'check', '.'], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_mypy_on_the_package_is_clean():
+    proc = subprocess.run(
+        [sys.executable, '-m', 'mypy'], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

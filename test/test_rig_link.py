@@ -1,0 +1,199 @@
+"""LowLevelClient against the rig emulator in another process, through a real pty."""
+
+import threading
+import time
+
+import pytest
+
+from rip_control.protocol import ErrorCode, Status
+from rip_control.rig_client import (
+    LowLevelClient,
+    RigDisconnected,
+    RigError,
+    RigProtocolError,
+    RigTimeout,
+)
+
+
+def _open(emu, **kw):
+    client = LowLevelClient(str(emu.link), **kw)
+    client.open()
+    return client
+
+
+def test_ping_reports_protocol_and_limits(emulator):
+    with LowLevelClient(str(emulator.link)) as client:
+        info = client.device_info
+        assert (info.protocol_version, info.counts_per_rev, info.deadman_timeout_ms) == (
+            1,
+            2048,
+            100,
+        )
+        state = client.get_state()
+        assert not state.engaged
+        assert abs(state.pendulum_counts) <= 1  # hanging still at power-on
+
+
+def test_firmware_time_advances_with_wall_time(emulator):
+    with LowLevelClient(str(emulator.link)) as client:
+        t0, w0 = client.get_state().timestamp_us, time.monotonic()
+        time.sleep(0.2)
+        t1, w1 = client.get_state().timestamp_us, time.monotonic()
+    assert (t1 - t0) / 1e6 == pytest.approx(w1 - w0, abs=0.005)
+
+
+def test_voltage_without_engage_is_refused_and_motor_stays_off(emulator):
+    with LowLevelClient(str(emulator.link)) as client:
+        with pytest.raises(RigProtocolError, match='refused SET_VOLTAGE: NOT_ENGAGED') as err:
+            client.set_voltage(5.0)
+        assert err.value.error == ErrorCode.NOT_ENGAGED
+        assert client.get_state().applied_voltage_mv == 0
+
+
+@pytest.mark.parametrize('volts', [3.0, -3.0])
+def test_voltage_moves_the_arm_in_its_direction(emulator, volts):
+    with LowLevelClient(str(emulator.link)) as client:
+        client.engage()
+        for _ in range(10):
+            client.set_voltage(volts)
+            time.sleep(0.01)
+        arm = client.get_state().arm_counts
+        client.disengage_motor()
+    assert arm * volts > 0 and abs(arm) > 20
+
+
+def test_deadman_disengages_after_its_timeout_when_the_host_goes_quiet(emulator):
+    with LowLevelClient(str(emulator.link)) as client:
+        client.engage()
+        client.set_voltage(1.0)
+        last_heartbeat = time.monotonic()
+        while True:  # GET_STATE is not a heartbeat
+            state = client.get_state()
+            if not state.engaged:
+                break
+            assert time.monotonic() - last_heartbeat < 0.5, 'deadman never tripped'
+            time.sleep(0.002)
+        elapsed = time.monotonic() - last_heartbeat
+        assert state.status & Status.DEADMAN_TRIPPED
+        assert 0.095 <= elapsed <= 0.15
+        client.engage()  # engage clears the latch
+        assert not client.get_state().status & Status.DEADMAN_TRIPPED
+
+
+def test_heartbeats_keep_the_motor_engaged_past_the_deadman_timeout(emulator):
+    with LowLevelClient(str(emulator.link)) as client:
+        client.engage()
+        end = time.monotonic() + 0.4
+        while time.monotonic() < end:
+            client.set_voltage(0.0)
+            time.sleep(0.02)
+        assert client.get_state().engaged
+
+
+def test_missing_port_raises_rig_disconnected_naming_it(tmp_path):
+    port = str(tmp_path / 'no_such_rig')
+    with pytest.raises(RigDisconnected, match='no_such_rig'):
+        LowLevelClient(port).open()
+
+
+def test_dropped_replies_time_out_and_retries_recover(start_emulator):
+    emu = start_emulator('--drop-every', '3')
+    client = _open(emu, timeout_s=0.02)  # PING is request 1
+    client.get_state()  # 2
+    t0 = time.monotonic()
+    with pytest.raises(RigTimeout, match='no valid reply to GET_STATE'):
+        client.get_state()  # 3: dropped
+    assert time.monotonic() - t0 < 0.1
+    client.retries = 1
+    for _ in range(9):
+        client.get_state()
+    assert client.stats.timeouts >= 3
+    client.close()
+
+
+def test_garbage_before_replies_is_skipped(start_emulator):
+    emu = start_emulator('--garbage-every', '2', '--garbage-bytes', '24')
+    client = _open(emu, timeout_s=0.05, retries=1)
+    for _ in range(40):
+        client.get_state()
+    assert client._parser.n_bytes_skipped >= 19 * 24 - 24
+    client.close()
+
+
+def test_a_stalled_reply_times_out_and_is_discarded_as_stale(start_emulator):
+    emu = start_emulator('--stall-every', '4', '--stall-ms', '60')
+    client = _open(emu, timeout_s=0.02)
+    outcomes = []
+    for _ in range(12):
+        try:
+            client.get_state()
+            outcomes.append('ok')
+        except RigTimeout:
+            outcomes.append('timeout')
+        time.sleep(0.03)
+    assert 'timeout' in outcomes and outcomes[-1] == 'ok'
+    assert client.stats.stale_replies >= 1
+    client.close()
+
+
+def test_a_frozen_firmware_gives_bounded_timeouts_not_a_hang(start_emulator):
+    emu = start_emulator('--freeze-after', '0.3')
+    client = _open(emu, timeout_s=0.02)
+    deadline = time.monotonic() + 2.0
+    with pytest.raises(RigTimeout):
+        while time.monotonic() < deadline:
+            client.get_state()
+            time.sleep(0.01)
+    t0 = time.monotonic()
+    with pytest.raises(RigTimeout):
+        client.get_state()
+    assert time.monotonic() - t0 < 0.1
+    client.close()
+
+
+def test_an_abruptly_exiting_emulator_gives_rig_disconnected(start_emulator):
+    emu = start_emulator('--exit-after', '0.3')
+    client = _open(emu, timeout_s=0.02)
+    deadline = time.monotonic() + 3.0
+    with pytest.raises(RigDisconnected):
+        while time.monotonic() < deadline:
+            try:
+                client.get_state()
+            except RigTimeout:
+                pass  # the last request may go unanswered as it dies
+            time.sleep(0.01)
+    assert emu.proc.wait(timeout=2) == 3
+    client.close()
+
+
+def test_disengage_from_another_thread_never_interleaves_with_the_control_thread(emulator):
+    client = _open(emulator, timeout_s=0.02)
+    client.engage()
+    stop = threading.Event()
+    errors: list[Exception] = []
+
+    def control_thread():
+        while not stop.is_set():
+            try:
+                client.get_state()
+                client.set_voltage(0.5)
+            except RigProtocolError as exc:  # NOT_ENGAGED after the disengage is expected
+                if exc.error != ErrorCode.NOT_ENGAGED:
+                    errors.append(exc)
+            except RigError as exc:
+                errors.append(exc)
+
+    worker = threading.Thread(target=control_thread)
+    worker.start()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    ack = client.disengage_motor()
+    took = time.monotonic() - t0
+    time.sleep(0.1)
+    stop.set()
+    worker.join()
+    assert not ack.status & Status.ENGAGED
+    assert took <= 2 * client.timeout_s
+    assert errors == [] and client.parser_errors == 0
+    assert not client.get_state().engaged
+    client.close()

@@ -24,6 +24,7 @@ setup(
     license='Apache-2.0',
     entry_points={
         'console_scripts': [
+            'control_node = rip_control.control_node:main',
             'rig_emulator = rip_control.rig_emulator:main',
             'rig_check = rip_control.rig_check:main',
         ],

@@ -8,6 +8,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +41,9 @@ class EmulatorProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.device = ''
         self.ready_line = ''
+        self.lines: list[str] = []
+        self._lines_cond = threading.Condition()
+        self._reader: threading.Thread | None = None
 
     def start(self) -> EmulatorProcess:
         """Spawn it and wait (bounded) until it serves the link."""
@@ -62,12 +66,44 @@ class EmulatorProcess:
                     self.ready_line = line.strip()
                     self.device = line.split()[1]
                     sel.close()
+                    self._reader = threading.Thread(target=self._read_stdout, daemon=True)
+                    self._reader.start()
                     return self
                 if not line:
                     break
         sel.close()
         err = self.stop()
         raise RuntimeError(f'rig emulator did not become ready: {err.strip() or "no output"}')
+
+    def _read_stdout(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._lines_cond:
+                self.lines.append(line.rstrip('\n'))
+                self._lines_cond.notify_all()
+
+    def wait_for_line(self, prefix: str, timeout_s: float, start: int = 0) -> str | None:
+        """Wait (bounded) for a stdout line starting with ``prefix``, from index ``start``."""
+        deadline = time.monotonic() + timeout_s
+        with self._lines_cond:
+            while True:
+                for line in self.lines[start:]:
+                    if line.startswith(prefix):
+                        return line
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._lines_cond.wait(remaining)
+
+    def events(self) -> list[tuple[float, str]]:
+        """``(monotonic_s, what)`` of the EVENT lines so far (needs ``--events``)."""
+        with self._lines_cond:
+            out = []
+            for line in self.lines:
+                if line.startswith('EVENT '):
+                    _, t, what = line.split(' ', 2)
+                    out.append((float(t), what))
+            return out
 
     @property
     def alive(self) -> bool:
@@ -86,10 +122,13 @@ class EmulatorProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
-            _, err = self.proc.communicate(timeout=timeout_s)
+            self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
+            self.proc.wait()
+        if self._reader is not None:
+            self._reader.join(timeout=2.0)
+        err = self.proc.stderr.read() if self.proc.stderr else ''
         return err or ''
 
     def __enter__(self) -> EmulatorProcess:

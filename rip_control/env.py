@@ -281,53 +281,75 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
         it never teleports. ``info['settled']`` is False if ``reset_timeout_s`` ran out.
         """
         super().reset(seed=seed)
-        settled, duration = self.settle()
+        start = time.monotonic()
+        self.begin_reset()
+        next_tick = start
+        while True:
+            next_tick += self.config.period_s
+            remaining = next_tick - time.monotonic()
+            if remaining > 0:
+                time.sleep(remaining)
+            done, settled = self.reset_step()
+            if done:
+                break
+        obs = self.begin_episode()
+        return obs, {'settled': settled, 'reset_s': time.monotonic() - start}
+
+    def begin_reset(self) -> None:
+        """Engage and start the reset controller; then call :meth:`reset_step` every tick."""
+        self.client.engage()
+        self._reset_prev = self.read()
+        self._reset_start = time.monotonic()
+        self._still_since: float | None = None
+
+    def reset_step(self) -> tuple[bool, bool]:
+        """One tick of the reset controller; return ``(done, settled)``.
+
+        Done when the rig has been quiet for 0.5 s (settled) or ``reset_timeout_s`` ran out.
+        """
+        c = self.config
+        prev = self._reset_prev
+        cur = self.read()
+        dt = max(cur.time_s - prev.time_s, 1e-6)
+        theta_dot = (cur.theta - prev.theta) / dt
+        alpha_dot = (cur.alpha - prev.alpha) / dt
+        alpha_down = wrap_angle(cur.alpha)
+        self._reset_prev = cur
+        now = time.monotonic()
+        quiet = (
+            abs(cur.theta) < 0.05
+            and abs(theta_dot) < 0.3
+            and abs(alpha_down) < 0.05
+            and abs(alpha_dot) < 0.3
+        )
+        if quiet:
+            if self._still_since is None:
+                self._still_since = now
+            if now - self._still_since >= 0.5:
+                self.client.set_voltage(0.0)
+                return True, True
+        else:
+            self._still_since = None
+        if now - self._reset_start > c.reset_timeout_s:
+            self.client.set_voltage(0.0)
+            return True, False
+        self.client.set_voltage(reset_voltage(c, cur.theta, theta_dot, alpha_down, alpha_dot))
+        return False, False
+
+    def begin_episode(self) -> np.ndarray:
+        """Take the first observation of an episode (the motor stays engaged at 0 V)."""
         self._prev = self.read()
         self._prev_action = 0.0
         self._steps = 0
         self._last_obs_t = time.monotonic()
         self._next_tick = self._last_obs_t
         obs, _, _ = self.task.observe(self._prev, self._prev, 0.0)
-        return obs, {'settled': settled, 'reset_s': duration}
+        return obs
 
-    def settle(self) -> tuple[bool, float]:
-        """Run the reset controller until the rig is at rest; return (settled, seconds)."""
-        c = self.config
-        self.client.engage()
-        start = time.monotonic()
-        next_tick = start
-        prev = self.read()
-        still_since: float | None = None
-        while True:
-            next_tick += c.period_s
-            remaining = next_tick - time.monotonic()
-            if remaining > 0:
-                time.sleep(remaining)
-            cur = self.read()
-            dt = max(cur.time_s - prev.time_s, 1e-6)
-            theta_dot = (cur.theta - prev.theta) / dt
-            alpha_dot = (cur.alpha - prev.alpha) / dt
-            alpha_down = wrap_angle(cur.alpha)
-            voltage = reset_voltage(c, cur.theta, theta_dot, alpha_down, alpha_dot)
-            self.client.set_voltage(voltage)
-            prev = cur
-            now = time.monotonic()
-            quiet = (
-                abs(cur.theta) < 0.05
-                and abs(theta_dot) < 0.3
-                and abs(alpha_down) < 0.05
-                and abs(alpha_dot) < 0.3
-            )
-            if quiet:
-                still_since = still_since if still_since is not None else now
-                if now - still_since >= 0.5:
-                    self.client.set_voltage(0.0)
-                    return True, now - start
-            else:
-                still_since = None
-            if now - start > c.reset_timeout_s:
-                self.client.set_voltage(0.0)
-                return False, now - start
+    @property
+    def episode_steps_done(self) -> int:
+        """Steps taken in the current episode."""
+        return self._steps
 
     def disengage_safely(self) -> None:
         """Disengage the motor; callable from any thread."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 import math
 import os
@@ -117,6 +118,12 @@ class Firmware:
         self._rng = random.Random(seed)
         self._history: deque[tuple[float, int, int]] = deque()
         self._max_mv = round(params.max_voltage_v * 1000.0)
+        self.on_event: Callable[[str], None] | None = None
+
+    def _set_engaged(self, engaged: bool, cause: str) -> None:
+        if engaged != self.engaged and self.on_event is not None:
+            self.on_event(f'{"engaged" if engaged else "disengaged"} {cause}')
+        self.engaged = engaged
 
     # -- time ------------------------------------------------------------------------------
 
@@ -134,7 +141,7 @@ class Firmware:
 
     def _check_deadman(self, now_s: float) -> None:
         if self.engaged and (now_s - self._last_heartbeat_s) * 1000.0 > self.deadman_timeout_ms:
-            self.engaged = False
+            self._set_engaged(False, 'deadman')
             self.voltage_v = 0.0
             self.deadman_tripped = True
             self.n_deadman_trips += 1
@@ -223,12 +230,12 @@ class Firmware:
             self.voltage_v = mv / 1000.0
             self._last_heartbeat_s = now_s
         elif cmd is Cmd.ENGAGE:
-            self.engaged = True
+            self._set_engaged(True, 'command')
             self.deadman_tripped = False
             self.voltage_v = 0.0
             self._last_heartbeat_s = now_s
         elif cmd is Cmd.DISENGAGE:
-            self.engaged = False
+            self._set_engaged(False, 'command')
             self.voltage_v = 0.0
         elif cmd is Cmd.SET_DEADMAN:
             ms = unpack_deadman_ms(frame.payload)
@@ -368,6 +375,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
         help='SCHED_FIFO priority; 0 disables (default %(default)s)',
     )
     ap.add_argument('--cpu', type=int, default=-1, help='pin to this CPU (default: no pinning)')
+    ap.add_argument(
+        '--events',
+        action='store_true',
+        help='print "EVENT <monotonic s> engaged|disengaged <cause>" lines (for tests)',
+    )
     fault = ap.add_argument_group('fault injection')
     fault.add_argument(
         '--drop-every', type=int, default=0, help='leave every Nth request unanswered'
@@ -424,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
         params, deadman_timeout_ms=args.deadman_ms, start_time_s=start, seed=args.seed
     )
     server = _Server(firmware, faults, master)
+    if args.events:
+        firmware.on_event = lambda what: print(f'EVENT {time.monotonic():.6f} {what}', flush=True)
 
     def _stop(signum: int, _frame: object) -> None:
         server.stop = True

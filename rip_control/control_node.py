@@ -1,0 +1,730 @@
+"""The ``rip_control`` lifecycle node: a dedicated, paced control thread inside ROS 2.
+
+``ros2 run rip_control control_node`` (or ``python -m rip_control.control_node``).
+
+Threads of this process:
+
+* the **control thread** (:class:`~rip_control.control_loop.ControlLoop`): SCHED_FIFO and
+  pinned where the OS allows; never touches rclpy;
+* the **hung-loop watchdog** thread, started by the loop;
+* the **publisher thread**: drains the loop's outboxes and publishes transitions, per-tick
+  samples and episode summaries, and appends ``timing.csv`` rows;
+* the **executor threads**: lifecycle services, diagnostics, the fault guard, and the
+  ``policy_weights`` subscription in a callback group of its own.
+
+Lifecycle: configure opens the rig and loads the initial policy; activate starts the control
+thread (which engages); deactivate stops it and disengages; cleanup closes the rig; shutdown
+and error processing disengage from any state. A fault inside the control thread
+(TimingViolation, hung loop, serial failure) disengages at once and then takes the node to
+inactive through the executor, from where an operator may activate again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import gc
+import math
+import os
+from pathlib import Path
+import sys
+import threading
+import time
+from typing import Any
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.qos import (
+    DurabilityPolicy,
+    HistoryPolicy,
+    QoSProfile,
+    ReliabilityPolicy,
+)
+from std_msgs.msg import (
+    Float32MultiArray,
+    Float64MultiArray,
+    MultiArrayDimension,
+    UInt8MultiArray,
+)
+
+from rip_control.control_loop import (
+    ControlLoop,
+    EpisodeSummary,
+    LoopConfig,
+    TickSample,
+)
+from rip_control.env import ACTION_SIZE, OBS_SIZE, RealRotaryInvertedPendulumEnv, TaskConfig
+from rip_control.outbox import Outbox
+from rip_control.policy import (
+    NumpyActor,
+    PolicyRejected,
+    PolicySnapshot,
+    decode_actor,
+    load_actor_file,
+    random_actor,
+)
+from rip_control.realtime import is_fifo, lock_memory, pin_to_cpu, set_fifo
+from rip_control.rig_client import LowLevelClient, RigError
+from rip_control.telemetry import EpisodeTiming, TimingCsv
+from rip_control.transitions import Transition, field_layout
+
+TRANSITIONS_QOS = QoSProfile(
+    depth=1000,
+    history=HistoryPolicy.KEEP_LAST,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.VOLATILE,
+)
+WEIGHTS_QOS = QoSProfile(
+    depth=1,
+    history=HistoryPolicy.KEEP_LAST,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
+TICK_QOS = QoSProfile(
+    depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT
+)
+EPISODE_FIELDS = (
+    'episode',
+    'return',
+    'balance_s',
+    'n_ticks',
+    'dt_mean_ms',
+    'dt_std_ms',
+    'max_overrun_ms',
+    'n_strikes',
+    'policy_version',
+    'terminated',
+)
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """Everything read from parameters at configure time."""
+
+    task: TaskConfig
+    loop: LoopConfig
+    serial_port: str
+    serial_timeout_s: float
+    policy: str
+    allow_random_policy: bool
+    hidden_sizes: tuple[int, ...]
+    run_dir: Path
+    control_cpu: int
+    fifo_priority: int
+    switch_interval_s: float
+    tick_topic_max_hz: float
+
+
+def _fp(lo: float, hi: float) -> list[FloatingPointRange]:
+    return [FloatingPointRange(from_value=lo, to_value=hi, step=0.0)]
+
+
+def _ir(lo: int, hi: int) -> list[IntegerRange]:
+    return [IntegerRange(from_value=lo, to_value=hi, step=1)]
+
+
+class ControlNode(LifecycleNode):
+    """Lifecycle node running the rig's control loop at its configured rate."""
+
+    def __init__(self, node_name: str = 'rip_control', **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        self._declare_parameters()
+        self._settings: NodeSettings | None = None
+        self._client: LowLevelClient | None = None
+        self._snapshot: PolicySnapshot | None = None
+        self._loop: ControlLoop | None = None
+        self._control_thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._fault: BaseException | None = None
+        self._fault_count = 0
+        self._publisher_thread: threading.Thread | None = None
+        self._publisher_stop = threading.Event()
+        self._csv: TimingCsv | None = None
+        self._transitions_out: Outbox[Transition] = Outbox(1)
+        self._ticks_out: Outbox[TickSample] = Outbox(1)
+        self._episodes_out: Outbox[EpisodeSummary] = Outbox(1)
+        self._entities: list[Any] = []
+        self._weights_rejected = 0
+        self._weights_accepted = 0
+        self._last_reject_reason = ''
+        self._transitions_published = 0
+        self._transitions_unsent = 0
+        self._episodes_done = 0
+        self._last_episode: EpisodeSummary | None = None
+        self._rt_notes: list[str] = []
+        self._control_fifo = False
+        self._diag_prev: tuple[float, int] = (time.monotonic(), 0)
+        self._fault_guard = self.create_guard_condition(self._on_control_fault)
+        self.create_timer(1.0, self._publish_diagnostics)
+        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+
+    # -- parameters ------------------------------------------------------------------------
+
+    def _declare_parameters(self) -> None:
+        d = ParameterDescriptor
+        self.declare_parameter(
+            'rate_hz',
+            50.0,
+            d(description='control rate, Hz', floating_point_range=_fp(1.0, 1000.0)),
+        )
+        self.declare_parameter('serial_port', '', d(description='rig serial device'))
+        self.declare_parameter(
+            'serial_timeout_ms',
+            10.0,
+            d(description='bound on one serial transaction', floating_point_range=_fp(0.5, 500.0)),
+        )
+        self.declare_parameter(
+            'timing_violation_threshold_ms',
+            5.0,
+            d(
+                description='overrun that counts as a strike',
+                floating_point_range=_fp(0.1, 1000.0),
+            ),
+        )
+        self.declare_parameter(
+            'max_strikes',
+            3,
+            d(description='consecutive strikes to trip', integer_range=_ir(1, 100)),
+        )
+        self.declare_parameter(
+            'hung_timeout_ms',
+            100.0,
+            d(
+                description='silence before the hung-loop watchdog disengages',
+                floating_point_range=_fp(5.0, 10000.0),
+            ),
+        )
+        self.declare_parameter(
+            'max_serial_errors',
+            3,
+            d(description='consecutive failed ticks', integer_range=_ir(1, 100)),
+        )
+        self.declare_parameter(
+            'episode_seconds',
+            6.0,
+            d(description='policy time per episode, s', floating_point_range=_fp(0.02, 3600.0)),
+        )
+        self.declare_parameter(
+            'episodes',
+            0,
+            d(
+                description='stop after this many episodes (0: unlimited)',
+                integer_range=_ir(0, 1_000_000),
+            ),
+        )
+        self.declare_parameter(
+            'max_action_v',
+            8.0,
+            d(description='volts at action +/-1', floating_point_range=_fp(0.1, 24.0)),
+        )
+        self.declare_parameter(
+            'arm_limit_rad',
+            1.6,
+            d(
+                description='episode ends beyond this arm angle',
+                floating_point_range=_fp(0.1, 3.14),
+            ),
+        )
+        self.declare_parameter('policy', '', d(description='initial actor weights (.safetensors)'))
+        self.declare_parameter(
+            'allow_random_policy', False, d(description='activate with an untrained actor')
+        )
+        self.declare_parameter(
+            'hidden_sizes', [64, 64], d(description='hidden layers of a random actor')
+        )
+        self.declare_parameter(
+            'stochastic_actions', True, d(description='sample actions (exploration)')
+        )
+        self.declare_parameter(
+            'run_name', 'default', d(description='outputs under runs/<run_name>')
+        )
+        self.declare_parameter('runs_dir', 'runs', d(description='parent directory of runs'))
+        self.declare_parameter(
+            'control_cpu', -1, d(description='CPU for the control thread (-1: the last one)')
+        )
+        self.declare_parameter(
+            'fifo_priority',
+            80,
+            d(
+                description='SCHED_FIFO priority of the control thread (0: off)',
+                integer_range=_ir(0, 99),
+            ),
+        )
+        self.declare_parameter(
+            'switch_interval_us',
+            500,
+            d(description='Python GIL switch interval', integer_range=_ir(50, 5000)),
+        )
+        self.declare_parameter(
+            'tick_topic_max_hz',
+            100.0,
+            d(
+                description='rate cap of the per-tick topic',
+                floating_point_range=_fp(0.0, 10000.0),
+            ),
+        )
+        self.declare_parameter('seed', 0, d(description='exploration noise seed'))
+
+    def _read_settings(self) -> NodeSettings:
+        p = self.get_parameter
+        task = TaskConfig(
+            rate_hz=p('rate_hz').value,
+            episode_seconds=p('episode_seconds').value,
+            max_action_v=p('max_action_v').value,
+            arm_limit_rad=p('arm_limit_rad').value,
+        )
+        loop = LoopConfig(
+            timing_violation_threshold_s=p('timing_violation_threshold_ms').value / 1e3,
+            max_strikes=p('max_strikes').value,
+            hung_timeout_s=p('hung_timeout_ms').value / 1e3,
+            max_serial_errors=p('max_serial_errors').value,
+            stochastic_actions=p('stochastic_actions').value,
+            episodes=p('episodes').value,
+            seed=p('seed').value,
+        )
+        cpu = p('control_cpu').value
+        if cpu < 0:
+            cpu = max(os.sched_getaffinity(0))
+        port = p('serial_port').value
+        if not port:
+            raise ValueError('serial_port is empty: name the rig device (or start the emulator)')
+        hidden = tuple(int(h) for h in p('hidden_sizes').value)
+        return NodeSettings(
+            task=task,
+            loop=loop,
+            serial_port=port,
+            serial_timeout_s=p('serial_timeout_ms').value / 1e3,
+            policy=p('policy').value,
+            allow_random_policy=p('allow_random_policy').value,
+            hidden_sizes=hidden,
+            run_dir=Path(p('runs_dir').value) / p('run_name').value,
+            control_cpu=cpu,
+            fifo_priority=p('fifo_priority').value,
+            switch_interval_s=p('switch_interval_us').value / 1e6,
+            tick_topic_max_hz=p('tick_topic_max_hz').value,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Read parameters, open the rig, load the initial policy.
+
+        SUCCESS: inactive, rig open, motor disengaged. FAILURE (bad parameter, no rig, bad
+        policy): back to unconfigured with the reason logged; nothing left open.
+        """
+        try:
+            s = self._read_settings()
+            actor = self._initial_actor(s)
+        except (ValueError, PolicyRejected) as exc:
+            self.get_logger().error(f'configure failed: {exc}')
+            return TransitionCallbackReturn.FAILURE
+        client = LowLevelClient(s.serial_port, timeout_s=s.serial_timeout_s)
+        try:
+            info = client.open()
+            client.disengage_motor()
+        except RigError as exc:
+            client.close()
+            self.get_logger().error(f'configure failed: {type(exc).__name__}: {exc}')
+            return TransitionCallbackReturn.FAILURE
+        self._settings, self._client = s, client
+        self._snapshot = PolicySnapshot(actor)
+        self._csv = TimingCsv(s.run_dir / 'timing.csv')
+        self._create_entities()
+        self.get_logger().info(
+            f'configured: {s.task.rate_hz:g} Hz on {s.serial_port} (protocol '
+            f'v{info.protocol_version}, deadman {info.deadman_timeout_ms} ms), policy version '
+            f'{actor.version} {actor.meta.hidden_sizes}, run dir {s.run_dir}'
+        )
+        return TransitionCallbackReturn.SUCCESS
+
+    def _initial_actor(self, s: NodeSettings) -> NumpyActor:
+        if s.policy:
+            return load_actor_file(
+                s.policy, rate_hz=s.task.rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+            )
+        if not s.allow_random_policy:
+            raise ValueError(
+                'no initial policy: set policy:=<file.safetensors> or allow_random_policy:=true'
+            )
+        return random_actor(
+            OBS_SIZE, ACTION_SIZE, s.hidden_sizes, s.task.rate_hz, seed=s.loop.seed
+        )
+
+    def _create_entities(self) -> None:
+        self._transitions_pub = self.create_publisher(
+            Float32MultiArray, 'transitions', TRANSITIONS_QOS
+        )
+        self._tick_pub = self.create_publisher(Float64MultiArray, '~/tick', TICK_QOS)
+        self._episode_pub = self.create_publisher(Float64MultiArray, '~/episode', 10)
+        self._weights_group = MutuallyExclusiveCallbackGroup()
+        self._weights_sub = self.create_subscription(
+            UInt8MultiArray,
+            'policy_weights',
+            self._on_weights,
+            WEIGHTS_QOS,
+            callback_group=self._weights_group,
+        )
+        self._entities = [self._transitions_pub, self._tick_pub, self._episode_pub]
+        layout = field_layout(OBS_SIZE, ACTION_SIZE)
+        self._layout_dims = [
+            MultiArrayDimension(label=label, size=size, stride=size) for label, size in layout
+        ]
+        self._episode_dims = [
+            MultiArrayDimension(label=label, size=1, stride=1) for label in EPISODE_FIELDS
+        ]
+        self._tick_dims = [
+            MultiArrayDimension(label='dt_ms', size=1, stride=1),
+            MultiArrayDimension(label='overrun_ms', size=1, stride=1),
+        ]
+
+    def _destroy_entities(self) -> None:
+        for pub in self._entities:
+            self.destroy_publisher(pub)
+        if getattr(self, '_weights_sub', None) is not None:
+            self.destroy_subscription(self._weights_sub)
+            self._weights_sub = None
+        self._entities = []
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Start the control thread; it engages the motor and runs episodes.
+
+        SUCCESS: active. FAILURE: stays inactive, motor disengaged.
+        """
+        s, client, snapshot = self._settings, self._client, self._snapshot
+        assert s is not None and client is not None and snapshot is not None
+        holdback = s.loop.max_strikes - 1
+        self._transitions_out = Outbox(
+            capacity=10 * round(s.task.rate_hz) + 100, holdback=holdback
+        )
+        self._ticks_out = Outbox(capacity=4 * round(s.task.rate_hz) + 100)
+        self._episodes_out = Outbox(capacity=1000)
+        env = RealRotaryInvertedPendulumEnv(client, s.task)
+        self._loop = ControlLoop(
+            env,
+            s.loop,
+            snapshot,
+            self._transitions_out,
+            self._ticks_out,
+            self._episodes_out,
+            first_episode=self._episodes_done,
+        )
+        self._fault = None
+        self._stop.clear()
+        self._start_publisher_thread()
+        self._control_thread = threading.Thread(
+            target=self._control_main, name='rip-control-loop', daemon=True
+        )
+        self._control_thread.start()
+        self.get_logger().info(f'activated: control thread running at {s.task.rate_hz:g} Hz')
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop the control thread and disengage the motor. Always SUCCESS (inactive)."""
+        self._stop_control()
+        self.get_logger().info('deactivated: motor disengaged')
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Close the rig and release everything configure made. SUCCESS: unconfigured."""
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Disengage from whatever state, then release. SUCCESS: finalized."""
+        self._stop_control()
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Disengage and release; SUCCESS leads to unconfigured (configure again to retry)."""
+        self.get_logger().error('error processing: disengaging and releasing the rig')
+        self._stop_control()
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    # -- control thread --------------------------------------------------------------------
+
+    def _control_main(self) -> None:
+        s, loop = self._settings, self._loop
+        assert s is not None and loop is not None
+        self._rt_notes = self._tune_control_thread(s)
+        self._control_fifo = is_fifo()
+        try:
+            loop.run(self._stop)
+        except BaseException as exc:  # noqa: BLE001 - every fault must reach the executor
+            self._fault = exc
+            self._fault_count += 1
+            self._fault_guard.trigger()
+        finally:
+            gc.enable()
+
+    def _tune_control_thread(self, s: NodeSettings) -> list[str]:
+        notes = []
+        sys.setswitchinterval(s.switch_interval_s)
+        err = pin_to_cpu(s.control_cpu)
+        notes.append(err or f'pinned to cpu {s.control_cpu}')
+        if s.fifo_priority > 0:
+            err = set_fifo(s.fifo_priority)
+            notes.append(err or f'SCHED_FIFO {s.fifo_priority}')
+        err = lock_memory()
+        notes.append(err or 'memory locked')
+        # Collect now, then keep the collector from pausing a tick: what exists is frozen
+        # out of the young generations and automatic collection is off while active.
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        for note in notes:
+            if 'refused' in note or 'unavailable' in note:
+                self.get_logger().warning(f'control thread: {note}; carrying on without it')
+        self.get_logger().info('control thread: ' + ', '.join(notes))
+        return notes
+
+    def _stop_control(self, publish: bool = True) -> None:
+        self._stop.set()
+        thread = self._control_thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
+        self._control_thread = None
+        if self._client is not None and self._client.is_open:
+            try:
+                self._client.disengage_motor()
+            except RigError as exc:
+                self.get_logger().error(f'disengage failed ({exc}); firmware deadman will act')
+        self._stop_publisher_thread(publish)
+
+    def _release(self) -> None:
+        self._destroy_entities()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._csv is not None:
+            self._csv.close()
+            self._csv = None
+        self._loop = None
+
+    def _on_control_fault(self) -> None:
+        """Executor side of a control-thread fault: leave active (motor already off)."""
+        exc = self._fault
+        if exc is None:
+            return
+        self.get_logger().error(f'control loop stopped: {type(exc).__name__}: {exc}')
+        if self._state_machine.current_state[1] == 'active':
+            self.trigger_deactivate()
+
+    @property
+    def last_fault(self) -> BaseException | None:
+        """The exception that ended the control thread last, if any."""
+        return self._fault
+
+    def emergency_stop(self) -> None:
+        """Stop and disengage without the executor (signals, process exit)."""
+        self._stop_control(publish=False)
+
+    # -- publisher thread ------------------------------------------------------------------
+
+    def _start_publisher_thread(self) -> None:
+        self._publisher_stop.clear()
+        self._publisher_thread = threading.Thread(
+            target=self._publisher_main, name='rip-control-publisher', daemon=True
+        )
+        self._publisher_thread.start()
+
+    def _stop_publisher_thread(self, publish: bool = True) -> None:
+        self._publisher_stop.set()
+        thread = self._publisher_thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
+        self._publisher_thread = None
+        # Whatever the loop produced before it stopped: files always, topics while ROS lives.
+        self._drain_outboxes(publish=publish and self.context.ok())
+
+    def _publisher_main(self) -> None:
+        while not self._publisher_stop.wait(0.002):
+            self._drain_outboxes()
+
+    def _drain_outboxes(self, publish: bool = True) -> None:
+        s = self._settings
+        if s is None or not self._entities:
+            return
+        if not publish:
+            while self._transitions_out.pop_from_non_rt() is not None:
+                self._transitions_unsent += 1
+            while self._ticks_out.pop_from_non_rt() is not None:
+                pass
+            while (ep := self._episodes_out.pop_from_non_rt()) is not None:
+                self._on_episode(ep, publish=False)
+            return
+        while (t := self._transitions_out.pop_from_non_rt()) is not None:
+            msg = Float32MultiArray()
+            msg.layout.dim = self._layout_dims
+            msg.data = t.pack().tolist()
+            self._transitions_pub.publish(msg)
+            self._transitions_published += 1
+        min_gap = 1.0 / s.tick_topic_max_hz if s.tick_topic_max_hz > 0 else math.inf
+        now = time.monotonic()
+        while (tick := self._ticks_out.pop_from_non_rt()) is not None:
+            if now - getattr(self, '_last_tick_pub', 0.0) >= min_gap * 0.999:
+                self._last_tick_pub = now
+                msg64 = Float64MultiArray()
+                msg64.layout.dim = self._tick_dims
+                msg64.data = [tick.dt_s * 1e3, tick.overrun_s * 1e3]
+                self._tick_pub.publish(msg64)
+        while (ep := self._episodes_out.pop_from_non_rt()) is not None:
+            self._on_episode(ep)
+
+    def _on_episode(self, ep: EpisodeSummary, publish: bool = True) -> None:
+        self._last_episode = ep
+        loop = self._loop
+        violations = loop.status.violations if loop is not None else 0
+        if self._csv is not None:
+            self._csv.append(
+                EpisodeTiming(
+                    episode=ep.episode,
+                    n_ticks=ep.n_ticks,
+                    mean_tick_dt_ms=ep.dt_mean_s * 1e3,
+                    std_tick_dt_ms=ep.dt_std_s * 1e3,
+                    max_overrun_ms=ep.max_overrun_s * 1e3,
+                    n_violations=violations,
+                    learner_train_calls=0,
+                    learner_total_train_s=0.0,
+                    episode_return=ep.episode_return,
+                    balance_s=ep.balance_s,
+                    policy_version=ep.policy_version,
+                )
+            )
+        self._episodes_done = max(self._episodes_done, ep.episode + 1)
+        if not publish:
+            return
+        msg = Float64MultiArray()
+        msg.layout.dim = self._episode_dims
+        msg.data = [
+            float(ep.episode),
+            ep.episode_return,
+            ep.balance_s,
+            float(ep.n_ticks),
+            ep.dt_mean_s * 1e3,
+            ep.dt_std_s * 1e3,
+            ep.max_overrun_s * 1e3,
+            float(ep.n_strikes),
+            float(ep.policy_version),
+            float(ep.terminated),
+        ]
+        self._episode_pub.publish(msg)
+        self.get_logger().info(
+            f'episode {ep.episode}: return {ep.episode_return:.2f}, balance {ep.balance_s:.2f} s, '
+            f'tick {ep.dt_mean_s * 1e3:.3f}±{ep.dt_std_s * 1e3:.3f} ms, max overrun '
+            f'{ep.max_overrun_s * 1e3:.2f} ms, policy v{ep.policy_version}, '
+            f'{ep.transitions_published} transitions ({ep.transitions_dropped_late} late dropped)'
+        )
+
+    # -- weights ---------------------------------------------------------------------------
+
+    def _on_weights(self, msg: UInt8MultiArray) -> None:
+        s, snapshot = self._settings, self._snapshot
+        if s is None or snapshot is None:
+            return
+        try:
+            actor = decode_actor(
+                bytes(msg.data),
+                rate_hz=s.task.rate_hz,
+                obs_size=OBS_SIZE,
+                action_size=ACTION_SIZE,
+                min_version=snapshot.version,
+            )
+            snapshot.write_from_non_rt(actor, time.monotonic())
+        except PolicyRejected as exc:
+            self._weights_rejected += 1
+            self._last_reject_reason = str(exc)
+            self.get_logger().warning(
+                f'policy weights rejected ({self._weights_rejected} so far): {exc}',
+                throttle_duration_sec=5.0,
+            )
+            return
+        self._weights_accepted += 1
+
+    # -- diagnostics -----------------------------------------------------------------------
+
+    def _publish_diagnostics(self) -> None:
+        status = DiagnosticStatus(name=f'{self.get_name()}: control loop', hardware_id='rip_rig')
+        loop, s, snapshot = self._loop, self._settings, self._snapshot
+        state = self._state_machine.current_state[1]
+        values: dict[str, Any] = {'lifecycle_state': state}
+        level, message = DiagnosticStatus.OK, state
+        if s is not None and snapshot is not None:
+            values.update(
+                target_rate_hz=s.task.rate_hz,
+                policy_version=snapshot.version,
+                policy_age_s=(time.monotonic() - snapshot.swapped_at_s)
+                if snapshot.swapped_at_s
+                else -1.0,
+                weights_accepted=self._weights_accepted,
+                weights_rejected=self._weights_rejected,
+                transitions_published=self._transitions_published,
+            )
+        if loop is not None and s is not None:
+            st = loop.status
+            now = time.monotonic()
+            prev_t, prev_ticks = self._diag_prev
+            rate = (st.ticks - prev_ticks) / (now - prev_t) if now > prev_t else 0.0
+            self._diag_prev = (now, st.ticks)
+            values.update(
+                tick_rate_hz=rate,
+                dt_mean_ms=st.dt.mean * 1e3,
+                dt_std_ms=st.dt.std * 1e3,
+                max_overrun_ms=st.max_overrun_s * 1e3,
+                strikes=st.strikes_total,
+                violations=st.violations,
+                missed_ticks=st.missed_ticks,
+                serial_errors=st.serial_errors,
+                outbox_dropped=self._transitions_out.n_dropped_full,
+                transitions_withdrawn=self._transitions_out.n_discarded,
+                transitions_dropped_late=st.transitions_dropped_late,
+                episodes=st.episodes,
+                phase=st.phase,
+                realtime=', '.join(self._rt_notes),
+                control_thread_fifo=self._control_fifo,
+            )
+            if st.violations or self._fault is not None:
+                level = DiagnosticStatus.ERROR
+                message = f'stopped: {type(self._fault).__name__}' if self._fault else 'violation'
+            elif state == 'active' and abs(rate - s.task.rate_hz) > 0.01 * s.task.rate_hz:
+                level, message = DiagnosticStatus.WARN, f'tick rate {rate:.2f} Hz'
+            elif st.serial_errors or self._weights_rejected:
+                level, message = DiagnosticStatus.WARN, 'serial errors or rejected weights'
+        status.level = level
+        status.message = message
+        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
+        arr = DiagnosticArray()
+        arr.header.stamp = self.get_clock().now().to_msg()
+        arr.status = [status]
+        self._diag_pub.publish(arr)
+
+
+def main(args: list[str] | None = None) -> int:
+    """Run the node until SIGINT/SIGTERM; the motor is disengaged on every way out."""
+    rclpy.init(args=args)
+    node = ControlNode()
+    executor = MultiThreadedExecutor(num_threads=2)
+    executor.add_node(node)
+    code = 0
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except BaseException as exc:  # noqa: BLE001
+        node.get_logger().fatal(f'executor failed: {exc!r}')
+        code = 1
+    finally:
+        node.emergency_stop()
+        node._release()
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return code
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""Actor weights on the wire and in the control thread.
+
+:func:`encode_actor` / :func:`decode_actor` turn an SAC actor (an MLP with ReLU, a mean head
+and a log-std head, tanh-squashed) into safetensors bytes with metadata and back, checking
+everything a control node must know before it lets the weights drive a motor: the format,
+the architecture and every tensor shape, that all values are finite, the control rate and
+the observation/action sizes. :class:`NumpyActor` runs the forward pass in numpy (no torch
+in the control process). :class:`PolicySnapshot` hands a new actor to the control thread
+without ever making it wait.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import json
+import math
+from pathlib import Path
+import struct
+import threading
+
+import numpy as np
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
+
+FORMAT = 'rip_actor'
+FORMAT_VERSION = '1'
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # as SB3's SAC actor
+_MAX_HEADER_BYTES = 1 << 20
+
+
+class PolicyRejected(ValueError):
+    """Weights that must not be used; the message names what is wrong."""
+
+
+@dataclass(frozen=True)
+class PolicyMeta:
+    """What the weights claim about themselves (the safetensors metadata)."""
+
+    version: int
+    rate_hz: float
+    obs_size: int
+    action_size: int
+    hidden_sizes: tuple[int, ...]
+
+    def to_metadata(self) -> dict[str, str]:
+        """String-only safetensors metadata."""
+        return {
+            'format': FORMAT,
+            'format_version': FORMAT_VERSION,
+            'policy_version': str(self.version),
+            'rate_hz': repr(float(self.rate_hz)),
+            'obs_size': str(self.obs_size),
+            'action_size': str(self.action_size),
+            'hidden_sizes': ','.join(str(h) for h in self.hidden_sizes),
+            'activation': 'relu',
+            'squash': 'tanh',
+        }
+
+
+class NumpyActor:
+    """Forward pass of an SAC actor in numpy: ``tanh(mu(mlp(obs)))`` or a sample around it.
+
+    :param meta: version, rate and sizes.
+    :param tensors: ``layers.{i}.weight/bias``, ``mu.weight/bias``, ``log_std.weight/bias``
+        as float32 arrays (torch ``Linear`` layout: weight is ``[out, in]``).
+    """
+
+    def __init__(self, meta: PolicyMeta, tensors: dict[str, np.ndarray]) -> None:
+        self.meta = meta
+        self._layers = [
+            (tensors[f'layers.{i}.weight'].T.copy(), tensors[f'layers.{i}.bias'].copy())
+            for i in range(len(meta.hidden_sizes))
+        ]
+        self._mu = (tensors['mu.weight'].T.copy(), tensors['mu.bias'].copy())
+        self._log_std = (tensors['log_std.weight'].T.copy(), tensors['log_std.bias'].copy())
+        self.tensors = tensors
+
+    @property
+    def version(self) -> int:
+        """Policy version."""
+        return self.meta.version
+
+    def act(self, obs: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
+        """Action in [-1, 1]: deterministic, or sampled with standard-normal ``noise``."""
+        h = obs.astype(np.float32, copy=False)
+        for w, b in self._layers:
+            h = np.maximum(h @ w + b, 0.0)
+        mu = h @ self._mu[0] + self._mu[1]
+        if noise is not None:
+            log_std = np.clip(h @ self._log_std[0] + self._log_std[1], LOG_STD_MIN, LOG_STD_MAX)
+            mu = mu + np.exp(log_std) * noise
+        return np.tanh(mu)
+
+
+def tensor_shapes(obs_size: int, action_size: int, hidden: tuple[int, ...]) -> dict[str, tuple]:
+    """The tensor names and shapes an actor of this architecture must have."""
+    shapes: dict[str, tuple] = {}
+    width = obs_size
+    for i, h in enumerate(hidden):
+        shapes[f'layers.{i}.weight'] = (h, width)
+        shapes[f'layers.{i}.bias'] = (h,)
+        width = h
+    for head in ('mu', 'log_std'):
+        shapes[f'{head}.weight'] = (action_size, width)
+        shapes[f'{head}.bias'] = (action_size,)
+    return shapes
+
+
+def random_actor(
+    obs_size: int,
+    action_size: int,
+    hidden: tuple[int, ...],
+    rate_hz: float,
+    *,
+    version: int = 0,
+    seed: int = 0,
+) -> NumpyActor:
+    """An untrained actor (torch ``Linear`` default init) for runs without initial weights."""
+    rng = np.random.default_rng(seed)
+    tensors: dict[str, np.ndarray] = {}
+    for name, shape in tensor_shapes(obs_size, action_size, hidden).items():
+        fan_in = shape[1] if len(shape) == 2 else None
+        if fan_in is None:
+            fan_in = tensors[name.replace('bias', 'weight')].shape[1]
+        bound = 1.0 / math.sqrt(fan_in)
+        tensors[name] = rng.uniform(-bound, bound, size=shape).astype(np.float32)
+    meta = PolicyMeta(version, rate_hz, obs_size, action_size, tuple(hidden))
+    return NumpyActor(meta, tensors)
+
+
+def encode_actor(meta: PolicyMeta, tensors: dict[str, np.ndarray]) -> bytes:
+    """Safetensors bytes of an actor, with :class:`PolicyMeta` as metadata."""
+    expected = tensor_shapes(meta.obs_size, meta.action_size, meta.hidden_sizes)
+    arrays = {}
+    for name, shape in expected.items():
+        arr = np.ascontiguousarray(tensors[name], dtype=np.float32)
+        if arr.shape != shape:
+            raise ValueError(f'tensor {name} has shape {arr.shape}, expected {shape}')
+        arrays[name] = arr
+    return st_save(arrays, metadata=meta.to_metadata())
+
+
+def read_metadata(data: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of safetensors bytes (the header is a length-prefixed JSON)."""
+    if len(data) < 8:
+        raise PolicyRejected(f'weights are {len(data)} bytes: too short for safetensors')
+    (n,) = struct.unpack_from('<Q', data)
+    if n > _MAX_HEADER_BYTES or 8 + n > len(data):
+        raise PolicyRejected(f'safetensors header length {n} is impossible for {len(data)} bytes')
+    try:
+        header = json.loads(data[8 : 8 + n])
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PolicyRejected(f'safetensors header is not JSON: {exc}') from exc
+    meta = header.get('__metadata__') if isinstance(header, dict) else None
+    if not isinstance(meta, dict):
+        raise PolicyRejected('weights carry no metadata (not a rip_actor file)')
+    return meta
+
+
+def decode_actor(
+    data: bytes,
+    *,
+    rate_hz: float,
+    obs_size: int,
+    action_size: int,
+    min_version: int | None = None,
+) -> NumpyActor:
+    """Validate and load actor weights; raise :class:`PolicyRejected` naming the problem.
+
+    :param data: safetensors bytes from :func:`encode_actor`.
+    :param rate_hz: this node's control rate; weights trained at another rate are refused.
+    :param obs_size: this node's observation size.
+    :param action_size: this node's action size.
+    :param min_version: refuse versions at or below this one (None: accept any).
+    """
+    md = read_metadata(data)
+    if md.get('format') != FORMAT or md.get('format_version') != FORMAT_VERSION:
+        raise PolicyRejected(
+            f'unknown weights format {md.get("format")!r} v{md.get("format_version")!r}, '
+            f'expected {FORMAT!r} v{FORMAT_VERSION}'
+        )
+    if md.get('activation') != 'relu' or md.get('squash') != 'tanh':
+        raise PolicyRejected(
+            f'unsupported architecture: activation {md.get("activation")!r}, '
+            f'squash {md.get("squash")!r} (expected relu, tanh)'
+        )
+    try:
+        meta = PolicyMeta(
+            version=int(md['policy_version']),
+            rate_hz=float(md['rate_hz']),
+            obs_size=int(md['obs_size']),
+            action_size=int(md['action_size']),
+            hidden_sizes=tuple(int(h) for h in md['hidden_sizes'].split(',') if h),
+        )
+    except (KeyError, ValueError) as exc:
+        raise PolicyRejected(f'malformed weights metadata: {exc!r}') from exc
+    if not math.isclose(meta.rate_hz, rate_hz, rel_tol=1e-9):
+        raise PolicyRejected(
+            f'weights were trained at {meta.rate_hz:g} Hz but this node runs at {rate_hz:g} Hz'
+        )
+    if (meta.obs_size, meta.action_size) != (obs_size, action_size):
+        raise PolicyRejected(
+            f'weights are for obs/action sizes {meta.obs_size}/{meta.action_size}, '
+            f'this node has {obs_size}/{action_size}'
+        )
+    if min_version is not None and meta.version <= min_version:
+        raise PolicyRejected(
+            f'weights version {meta.version} is not newer than the running {min_version}'
+        )
+    if not meta.hidden_sizes or any(h <= 0 or h > 4096 for h in meta.hidden_sizes):
+        raise PolicyRejected(f'implausible hidden sizes {meta.hidden_sizes}')
+    try:
+        tensors = st_load(data)
+    except Exception as exc:  # noqa: BLE001 - the library raises several types for bad bytes
+        raise PolicyRejected(f'weights are not valid safetensors: {exc}') from exc
+    expected = tensor_shapes(obs_size, action_size, meta.hidden_sizes)
+    if set(tensors) != set(expected):
+        raise PolicyRejected(
+            f'weights hold tensors {sorted(tensors)}, expected {sorted(expected)}'
+        )
+    for name, shape in expected.items():
+        arr = tensors[name]
+        if arr.dtype != np.float32:
+            raise PolicyRejected(f'tensor {name} is {arr.dtype}, expected float32')
+        if arr.shape != shape:
+            raise PolicyRejected(f'tensor {name} has shape {arr.shape}, expected {shape}')
+        if not np.isfinite(arr).all():
+            raise PolicyRejected(f'tensor {name} holds non-finite values')
+    return NumpyActor(meta, tensors)
+
+
+def load_actor_file(
+    path: str | Path, *, rate_hz: float, obs_size: int, action_size: int
+) -> NumpyActor:
+    """Load initial weights from a ``.safetensors`` file (same checks as the topic)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise PolicyRejected(f'policy file not found: {path}') from None
+    try:
+        return decode_actor(data, rate_hz=rate_hz, obs_size=obs_size, action_size=action_size)
+    except PolicyRejected as exc:
+        raise PolicyRejected(f'{path}: {exc}') from None
+
+
+class PolicySnapshot:
+    """Latest-value hand-off of the actor from the non-RT side to the control thread.
+
+    The writer builds a complete, validated :class:`NumpyActor` off the control thread and
+    publishes it with one reference assignment (atomic under the GIL); the control thread
+    reads the reference once per tick. Nothing is ever mutated in place, so a tick always
+    uses one consistent set of weights and never waits: the problem the reference solved
+    with a lock around ``load_state_dict`` disappears when the weights are immutable.
+    """
+
+    def __init__(self, actor: NumpyActor) -> None:
+        self._actor = actor
+        self._write_lock = threading.Lock()  # writers only; the RT side never takes it
+        self.swapped_at_s = 0.0
+
+    def read_from_rt(self) -> NumpyActor:
+        """The actor to use for this tick."""
+        return self._actor
+
+    def write_from_non_rt(self, actor: NumpyActor, now_s: float) -> None:
+        """Publish a new actor; refuses one that is not newer than the current."""
+        with self._write_lock:
+            if actor.version <= self._actor.version:
+                raise PolicyRejected(
+                    f'weights version {actor.version} is not newer than the running '
+                    f'{self._actor.version}'
+                )
+            self._actor = actor
+            self.swapped_at_s = now_s
+
+    @property
+    def version(self) -> int:
+        """Version of the current actor."""
+        return self._actor.version

@@ -1,0 +1,77 @@
+"""Timing telemetry: running statistics and the per-episode ``timing.csv``."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict, dataclass, fields
+import math
+import os
+from pathlib import Path
+
+
+class RunningStats:
+    """Welford mean/std plus min/max, O(1) per sample, no allocation (control-thread safe)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.mean = 0.0
+        self._m2 = 0.0
+        self.min = math.inf
+        self.max = -math.inf
+
+    def add(self, x: float) -> None:
+        """Add one sample."""
+        self.n += 1
+        delta = x - self.mean
+        self.mean += delta / self.n
+        self._m2 += delta * (x - self.mean)
+        if x < self.min:
+            self.min = x
+        if x > self.max:
+            self.max = x
+
+    @property
+    def std(self) -> float:
+        """Population standard deviation (0 with fewer than two samples)."""
+        return math.sqrt(self._m2 / self.n) if self.n > 1 else 0.0
+
+
+@dataclass(frozen=True)
+class EpisodeTiming:
+    """One row of ``timing.csv`` (column names are a contract, see DESIGN.md)."""
+
+    episode: int
+    n_ticks: int
+    mean_tick_dt_ms: float
+    std_tick_dt_ms: float
+    max_overrun_ms: float
+    n_violations: int
+    learner_train_calls: int
+    learner_total_train_s: float
+    episode_return: float
+    balance_s: float
+    policy_version: int
+
+
+class TimingCsv:
+    """Appends :class:`EpisodeTiming` rows to ``runs/<run>/timing.csv`` (flushed per row)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        self._file = self.path.open('a', newline='')
+        self._writer = csv.DictWriter(self._file, [f.name for f in fields(EpisodeTiming)])
+        if new:
+            self._writer.writeheader()
+            self._file.flush()
+
+    def append(self, row: EpisodeTiming) -> None:
+        """Write one row and push it to disk."""
+        self._writer.writerow(asdict(row))
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        """Close the file."""
+        self._file.close()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import logging
 import math
 import threading
+import time
 
 import numpy as np
 
@@ -54,6 +55,9 @@ class LoopConfig:
     :param episodes: stop after this many episodes (0: until stopped).
     :param spin_s: busy-wait window of the pacer.
     :param seed: seed of the exploration noise.
+    :param fault_tick_delay_s: FAULT INJECTION for tests, never on a rig: stretch every tick's
+        work by this long once ``fault_after_ticks`` ticks have run (0: off).
+    :param fault_after_ticks: see ``fault_tick_delay_s``.
     """
 
     timing_violation_threshold_s: float = 0.005
@@ -64,6 +68,8 @@ class LoopConfig:
     episodes: int = 0
     spin_s: float = 0.001
     seed: int = 0
+    fault_tick_delay_s: float = 0.0
+    fault_after_ticks: int = 0
 
     def __post_init__(self) -> None:
         if not self.timing_violation_threshold_s > 0:
@@ -187,6 +193,7 @@ class ControlLoop:
         in_episode = False
         serial_errors_in_row = 0
         obs: np.ndarray | None = None
+        reset_result: bool | None = None  # set when a reset finished (settled or not)
         try:
             env.begin_reset()
             st.phase = 'reset'
@@ -201,6 +208,8 @@ class ControlLoop:
                     )
                 st.ticks += 1
                 st.last_tick_s = timing.tick_time_s
+                if cfg.fault_tick_delay_s and st.ticks > cfg.fault_after_ticks:
+                    time.sleep(cfg.fault_tick_delay_s)
                 st.missed_ticks += timing.missed
                 if st.ticks > 1:
                     st.dt.add(timing.dt_s)
@@ -222,15 +231,19 @@ class ControlLoop:
                     self.transitions.flush_held_from_rt()
 
                 try:
-                    if not in_episode:
+                    if not in_episode and reset_result is None:
                         done, settled = env.reset_step()
-                        if not done:
-                            serial_errors_in_row = 0
-                            continue
+                        if done:
+                            reset_result = settled  # the episode starts on the next tick
+                        serial_errors_in_row = 0
+                        continue
+                    if not in_episode:
+                        # First tick of an episode: observe at the tick, act at once.
                         obs = env.begin_episode()
                         in_episode = True
                         st.phase = 'episode'
-                        episode = _Episode(settled=settled)
+                        episode = _Episode(settled=bool(reset_result))
+                        reset_result = None
                     else:
                         assert obs is not None
                         next_obs, reward, terminated, truncated, info = env.observe_and_step()

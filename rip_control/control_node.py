@@ -267,6 +267,14 @@ class ControlNode(LifecycleNode):
             ),
         )
         self.declare_parameter('seed', 0, d(description='exploration noise seed'))
+        self.declare_parameter(
+            'fault_tick_delay_ms',
+            0.0,
+            d(description='FAULT INJECTION (tests only): stretch each tick by this long'),
+        )
+        self.declare_parameter(
+            'fault_after_ticks', 0, d(description='FAULT INJECTION: ticks before the stretch')
+        )
 
     def _read_settings(self) -> NodeSettings:
         p = self.get_parameter
@@ -284,6 +292,8 @@ class ControlNode(LifecycleNode):
             stochastic_actions=p('stochastic_actions').value,
             episodes=p('episodes').value,
             seed=p('seed').value,
+            fault_tick_delay_s=p('fault_tick_delay_ms').value / 1e3,
+            fault_after_ticks=p('fault_after_ticks').value,
         )
         cpu = p('control_cpu').value
         if cpu < 0:

@@ -6,6 +6,7 @@ Used by the standalone runner, benchmarks and tests; bounded waits everywhere.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState, GetState
@@ -31,19 +32,29 @@ class LifecycleDriver:
     def __init__(self, node: Node, target: str) -> None:
         self.node = node
         self.target = target
-        self._change = node.create_client(ChangeState, f'{target}/change_state')
-        self._get = node.create_client(GetState, f'{target}/get_state')
+        self._change: Any = node.create_client(ChangeState, f'{target}/change_state')
+        self._get: Any = node.create_client(GetState, f'{target}/get_state')
 
     def wait_for_services(self, timeout_s: float = 10.0) -> bool:
-        """Wait until the node's lifecycle services are matched."""
+        """Wait until the services are matched *and* a get_state round trip succeeded.
+
+        A request sent before the server's reply writer has matched this client can be lost,
+        so discovery alone is not enough before a non-idempotent ``change_state``.
+        """
         deadline = time.monotonic() + timeout_s
         for client in (self._change, self._get):
             while not client.wait_for_service(timeout_sec=0.1):
                 if time.monotonic() > deadline:
                     return False
-        return True
+        while time.monotonic() < deadline:
+            try:
+                self.state(timeout_s=min(1.0, max(0.1, deadline - time.monotonic())))
+                return True
+            except TimeoutError:
+                continue
+        return False
 
-    def _call(self, client, request, timeout_s: float):  # noqa: ANN001, ANN202
+    def _call(self, client: Any, request: Any, timeout_s: float) -> Any:
         future = client.call_async(request)
         rclpy.spin_until_future_complete(self.node, future, timeout_sec=timeout_s)
         if not future.done():

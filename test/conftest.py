@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
+import signal
+import time
 
 import pytest
 
@@ -35,3 +38,106 @@ def start_emulator(tmp_path):
 def emulator(start_emulator):
     """One emulator with default physics and a 100 ms deadman."""
     return start_emulator()
+
+
+# ---- ROS 2: real nodes in separate processes ---------------------------------------------
+
+
+@pytest.fixture(scope='session')
+def ros_node():
+    """An rclpy node in the test process (loopback DDS, this session's domain)."""
+    import rclpy
+
+    rclpy.init()
+    node = rclpy.create_node(f'rip_test_{os.getpid()}')
+    yield node
+    node.destroy_node()
+    rclpy.try_shutdown()
+
+
+_rig_counter = itertools.count()
+
+
+class ControlRig:
+    """An emulator plus a control node process, and a lifecycle driver for the node."""
+
+    def __init__(self, name, emulator, proc, driver, run_dir):
+        self.name = name
+        self.emulator = emulator
+        self.proc = proc
+        self.driver = driver
+        self.run_dir = run_dir
+
+    def disengage_times(self):
+        return [t for t, what in self.emulator.events() if what.startswith('disengaged')]
+
+    def engaged_now(self):
+        events = self.emulator.events()
+        return bool(events) and events[-1][1].startswith('engaged')
+
+    def wait_disengaged_after(self, t0, timeout_s=2.0):
+        """Monotonic time of the first disengage after t0 (bounded wait), or None."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            later = [t for t in self.disengage_times() if t >= t0]
+            if later:
+                return later[0]
+            self.emulator.wait_for_line('EVENT', 0.05, start=len(self.emulator.lines))
+        return None
+
+
+@pytest.fixture
+def control_rig(ros_node, start_emulator, tmp_path):
+    """Factory: emulator + ``rip_control.control_node`` with parameters; stopped at teardown."""
+    import subprocess
+    import sys
+
+    from rip_control.emulator_process import child_env
+    from rip_control.lifecycle_driver import LifecycleDriver
+
+    rigs = []
+
+    def _start(name=None, emulator_args=(), **params):
+        # A fresh node name per rig: a dead node of the same name may linger in discovery.
+        name = name or f'rip_control_{os.getpid()}_{next(_rig_counter)}'
+        emu = start_emulator('--events', *emulator_args, name=f'rig_{name}')
+        run_dir = tmp_path / 'runs'
+        defaults = {
+            'serial_port': str(emu.link),
+            'allow_random_policy': True,
+            'episode_seconds': 1.0,
+            'max_action_v': 1.0,  # a random policy at 1 V keeps the arm inside its limits
+            'run_name': name,
+            'runs_dir': str(run_dir),
+        }
+        defaults.update(params)
+        args = [
+            sys.executable,
+            '-m',
+            'rip_control.control_node',
+            '--ros-args',
+            '-r',
+            f'__node:={name}',
+        ]
+        for key, value in defaults.items():
+            if isinstance(value, bool):
+                value = str(value).lower()
+            args += ['-p', f'{key}:={value}']
+        proc = subprocess.Popen(
+            args, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        driver = LifecycleDriver(ros_node, f'/{name}')
+        assert driver.wait_for_services(15.0), 'control node lifecycle services never appeared'
+        rig = ControlRig(name, emu, proc, driver, run_dir / name)
+        rigs.append(rig)
+        return rig
+
+    yield _start
+    for rig in rigs:
+        if rig.proc.poll() is None:
+            rig.proc.send_signal(signal.SIGINT)
+            try:
+                rig.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                rig.proc.kill()
+                rig.proc.wait()

@@ -1,0 +1,194 @@
+"""Pure runtime primitives, no ROS: pacer, watchdogs, outbox, policy codec and snapshot."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from rip_control.outbox import Outbox
+from rip_control.pacer import Pacer
+from rip_control.policy import (
+    PolicyMeta,
+    PolicyRejected,
+    PolicySnapshot,
+    decode_actor,
+    encode_actor,
+    load_actor_file,
+    random_actor,
+)
+from rip_control.transitions import Transition, TransitionRejected, field_layout, unpack
+from rip_control.watchdog import HungLoopWatchdog, OverrunWatchdog, TimingViolation
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+def test_pacer_uses_absolute_deadlines_so_work_does_not_accumulate_drift():
+    clock = FakeClock()
+    pacer = Pacer(0.02, spin_s=0.0, clock=clock, sleep=clock.sleep)
+    start = pacer.start()
+    for _ in range(100):
+        timing = pacer.wait()
+        clock.t += 0.007  # work inside the tick
+    assert timing.tick_time_s == pytest.approx(start + 100 * 0.02)
+
+
+def test_pacer_skips_missed_cycles_instead_of_bursting():
+    clock = FakeClock()
+    pacer = Pacer(0.02, spin_s=0.0, clock=clock, sleep=clock.sleep)
+    pacer.start()
+    pacer.wait()
+    clock.t += 0.065  # a 65 ms stall: three deadlines pass
+    late = pacer.wait()
+    assert late.missed == 2 and late.overrun_s == pytest.approx(0.045)
+    nxt = pacer.wait()
+    assert nxt.dt_s == pytest.approx(0.02 - 0.005)  # back on the grid, not a burst of 0 ms ticks
+    assert nxt.overrun_s == 0.0 and pacer.n_missed == 2
+
+
+def test_pacer_real_clock_holds_the_period():
+    pacer = Pacer(0.005)
+    pacer.start()
+    dts = [pacer.wait().dt_s for _ in range(100)][1:]
+    assert np.mean(dts) == pytest.approx(0.005, abs=2e-4)
+
+
+def test_pacer_rejects_a_bad_period():
+    with pytest.raises(ValueError, match='period_s must be a positive finite number, got 0'):
+        Pacer(0)
+
+
+def test_three_consecutive_strikes_raise_and_a_clean_tick_resets_the_count():
+    dog = OverrunWatchdog(0.005, 3)
+    for overrun in (0.006, 0.006, 0.001, 0.006, 0.006):
+        dog.check_from_rt(overrun)
+    with pytest.raises(TimingViolation, match='3 consecutive ticks overran'):
+        dog.check_from_rt(0.007)
+    assert dog.n_violations == 1 and dog.n_strikes_total == 5
+
+
+def test_hung_loop_watchdog_fires_once_when_kicks_stop_and_rearms():
+    fired = []
+    event = threading.Event()
+
+    def on_hung(silence):
+        fired.append(silence)
+        event.set()
+
+    dog = HungLoopWatchdog(0.05, on_hung)
+    dog.start()
+    for _ in range(10):
+        dog.kick_from_rt()
+        time.sleep(0.01)
+    assert not fired
+    assert event.wait(1.0)
+    time.sleep(0.1)
+    assert len(fired) == 1 and fired[0] >= 0.05
+    dog.stop()
+
+
+def test_outbox_holds_back_until_confirmed_and_discards_on_violation():
+    box = Outbox(capacity=10, holdback=2)
+    for i in range(5):
+        box.push_from_rt(i)
+    assert [box.pop_from_non_rt() for _ in range(3)] == [0, 1, 2]
+    assert box.pop_from_non_rt() is None
+    assert box.discard_held_from_rt() == 2 and box.n_discarded == 2
+    box.push_from_rt(9)
+    box.flush_held_from_rt()
+    assert box.pop_from_non_rt() == 9
+
+
+def test_full_outbox_drops_and_counts_without_blocking():
+    box = Outbox(capacity=2)
+    for i in range(5):
+        box.push_from_rt(i)
+    assert len(box) == 2 and box.n_dropped_full == 3
+
+
+def _bytes(version=1, rate=50.0, hidden=(8, 8), mutate=None):
+    actor = random_actor(6, 1, hidden, rate, version=version)
+    tensors = dict(actor.tensors)
+    if mutate:
+        mutate(tensors)
+    return encode_actor(PolicyMeta(version, rate, 6, 1, hidden), tensors)
+
+
+def test_weights_round_trip_and_act_like_the_original():
+    original = random_actor(6, 1, (16, 16), 50.0, version=3)
+    data = encode_actor(original.meta, original.tensors)
+    actor = decode_actor(data, rate_hz=50.0, obs_size=6, action_size=1)
+    obs = np.linspace(-1, 1, 6).astype(np.float32)
+    assert actor.version == 3
+    np.testing.assert_allclose(actor.act(obs), original.act(obs))
+    assert np.all(np.abs(actor.act(obs, np.ones(1, np.float32))) <= 1.0)
+
+
+@pytest.mark.parametrize(
+    ('data', 'kwargs', 'message'),
+    [
+        (_bytes(rate=100.0), {}, 'trained at 100 Hz but this node runs at 50 Hz'),
+        (
+            _bytes(mutate=lambda t: t['mu.bias'].__setitem__(0, np.nan)),
+            {},
+            'mu.bias holds non-finite',
+        ),
+        (_bytes(), {'obs_size': 7}, 'obs/action sizes 6/1, this node has 7/1'),
+        (_bytes(version=2), {'min_version': 2}, 'version 2 is not newer than the running 2'),
+        (b'\x07' * 40, {}, 'safetensors header length'),
+        (b'abc', {}, 'too short for safetensors'),
+    ],
+)
+def test_bad_weights_are_rejected_naming_the_problem(data, kwargs, message):
+    args = {'rate_hz': 50.0, 'obs_size': 6, 'action_size': 1} | kwargs
+    with pytest.raises(PolicyRejected, match=message):
+        decode_actor(data, **args)
+
+
+def test_initial_policy_file_from_another_rate_is_refused_naming_both(tmp_path):
+    path = tmp_path / 'p.safetensors'
+    path.write_bytes(_bytes(rate=100.0))
+    with pytest.raises(PolicyRejected, match='trained at 100 Hz but this node runs at 50 Hz'):
+        load_actor_file(path, rate_hz=50.0, obs_size=6, action_size=1)
+
+
+def test_snapshot_swaps_only_newer_versions():
+    snap = PolicySnapshot(random_actor(6, 1, (8,), 50.0, version=1))
+    snap.write_from_non_rt(random_actor(6, 1, (8,), 50.0, version=2), 1.0)
+    assert snap.read_from_rt().version == 2
+    with pytest.raises(PolicyRejected):
+        snap.write_from_non_rt(random_actor(6, 1, (8,), 50.0, version=2), 2.0)
+
+
+def test_transition_layout_round_trips_and_rejects_bad_messages():
+    t = Transition(
+        3,
+        7,
+        np.arange(6, dtype=np.float32),
+        np.array([0.5], np.float32),
+        0.25,
+        np.ones(6, np.float32),
+        False,
+        True,
+        0.02,
+        4,
+    )
+    layout = list(field_layout(6, 1))
+    back = unpack(layout, t.pack(), 6, 1)
+    assert (back.episode, back.step, back.truncated, back.policy_version) == (3, 7, True, 4)
+    assert back.dt_s == pytest.approx(0.02)
+    bad = t.pack()
+    bad[3] = np.inf
+    with pytest.raises(TransitionRejected, match=r"non-finite values in \['obs'\]"):
+        unpack(layout, bad, 6, 1)
+    with pytest.raises(TransitionRejected, match='layout'):
+        unpack(layout[:-1], t.pack()[:-1], 6, 1)

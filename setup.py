@@ -25,6 +25,8 @@ setup(
     entry_points={
         'console_scripts': [
             'control_node = rip_control.control_node:main',
+            'learner_node = rip_learner.learner_node:main',
+            'finetune = rip_control.finetune:main',
             'rig_emulator = rip_control.rig_emulator:main',
             'rig_check = rip_control.rig_check:main',
         ],

@@ -32,6 +32,7 @@ import time
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+import numpy as np
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -65,6 +66,7 @@ from rip_control.policy import (
     decode_actor,
     load_actor_file,
     random_actor,
+    read_metadata,
 )
 from rip_control.realtime import is_fifo, lock_memory, pin_to_cpu, set_fifo
 from rip_control.rig_client import LowLevelClient, RigError
@@ -116,6 +118,8 @@ class NodeSettings:
     fifo_priority: int
     switch_interval_s: float
     tick_topic_max_hz: float
+    tick_trace: str
+    gc_off: bool
 
 
 def _fp(lo: float, hi: float) -> list[FloatingPointRange]:
@@ -157,6 +161,9 @@ class ControlNode(LifecycleNode):
         self._rt_notes: list[str] = []
         self._control_fifo = False
         self._diag_prev: tuple[float, int] = (time.monotonic(), 0)
+        self._trace: list[tuple[float, float]] = []
+        self._learner_stats = (0, 0.0)  # train calls, train seconds: from the weights metadata
+        self._learner_at_episode = (0, 0.0)
         self._fault_guard = self.create_guard_condition(self._on_control_fault)
         self.create_timer(1.0, self._publish_diagnostics)
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
@@ -254,6 +261,18 @@ class ControlNode(LifecycleNode):
             ),
         )
         self.declare_parameter(
+            'gil_holders_fifo_priority',
+            0,
+            d(
+                description=(
+                    'SCHED_FIFO priority of the other threads (executor, publisher, '
+                    'DDS), so a load cannot preempt a thread holding the GIL the control thread '
+                    'needs (0: off; measured worse on 2 cores, see README)'
+                ),
+                integer_range=_ir(0, 98),
+            ),
+        )
+        self.declare_parameter(
             'switch_interval_us',
             500,
             d(description='Python GIL switch interval', integer_range=_ir(50, 5000)),
@@ -265,6 +284,16 @@ class ControlNode(LifecycleNode):
                 description='rate cap of the per-tick topic',
                 floating_point_range=_fp(0.0, 10000.0),
             ),
+        )
+        self.declare_parameter(
+            'gc_off',
+            True,
+            d(description='freeze and disable the garbage collector while active'),
+        )
+        self.declare_parameter(
+            'tick_trace',
+            '',
+            d(description='benchmarks: write every tick dt/overrun to this .npz on deactivate'),
         )
         self.declare_parameter('seed', 0, d(description='exploration noise seed'))
         self.declare_parameter(
@@ -315,6 +344,8 @@ class ControlNode(LifecycleNode):
             fifo_priority=p('fifo_priority').value,
             switch_interval_s=p('switch_interval_us').value / 1e6,
             tick_topic_max_hz=p('tick_topic_max_hz').value,
+            tick_trace=p('tick_trace').value,
+            gc_off=p('gc_off').value,
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -423,6 +454,7 @@ class ControlNode(LifecycleNode):
         )
         self._fault = None
         self._stop.clear()
+        self._trace = []
         self._start_publisher_thread()
         self._control_thread = threading.Thread(
             target=self._control_main, name='rip-control-loop', daemon=True
@@ -483,9 +515,11 @@ class ControlNode(LifecycleNode):
         notes.append(err or 'memory locked')
         # Collect now, then keep the collector from pausing a tick: what exists is frozen
         # out of the young generations and automatic collection is off while active.
-        gc.collect()
-        gc.freeze()
-        gc.disable()
+        if s.gc_off:
+            gc.collect()
+            gc.freeze()
+            gc.disable()
+            notes.append('gc frozen and off')
         for note in notes:
             if 'refused' in note or 'unavailable' in note:
                 self.get_logger().warning(f'control thread: {note}; carrying on without it')
@@ -550,6 +584,33 @@ class ControlNode(LifecycleNode):
         self._publisher_thread = None
         # Whatever the loop produced before it stopped: files always, topics while ROS lives.
         self._drain_outboxes(publish=publish and self.context.ok())
+        self._write_trace()
+
+    def _write_trace(self) -> None:
+        s, loop = self._settings, self._loop
+        if s is None or loop is None or not s.tick_trace or not self._trace:
+            return
+        trace = np.asarray(self._trace, dtype=np.float64)
+        st = loop.status
+        arrays = {
+            'dt_s': trace[:, 0],
+            'overrun_s': trace[:, 1],
+            'rate_hz': np.float64(s.task.rate_hz),
+            'violations': np.int64(st.violations),
+            'missed_ticks': np.int64(st.missed_ticks),
+            'ticks_dropped': np.int64(self._ticks_out.n_dropped_full),
+            'fifo': np.bool_(self._control_fifo),
+        }
+        path = Path(s.tick_trace)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + '.tmp')
+        with open(tmp, 'wb') as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        self.get_logger().info(f'tick trace of {len(trace)} ticks written to {path}')
+        self._trace = []
 
     def _publisher_main(self) -> None:
         while not self._publisher_stop.wait(0.002):
@@ -562,8 +623,9 @@ class ControlNode(LifecycleNode):
         if not publish:
             while self._transitions_out.pop_from_non_rt() is not None:
                 self._transitions_unsent += 1
-            while self._ticks_out.pop_from_non_rt() is not None:
-                pass
+            while (tick := self._ticks_out.pop_from_non_rt()) is not None:
+                if s.tick_trace:
+                    self._trace.append((tick.dt_s, tick.overrun_s))
             while (ep := self._episodes_out.pop_from_non_rt()) is not None:
                 self._on_episode(ep, publish=False)
             return
@@ -575,7 +637,10 @@ class ControlNode(LifecycleNode):
             self._transitions_published += 1
         min_gap = 1.0 / s.tick_topic_max_hz if s.tick_topic_max_hz > 0 else math.inf
         now = time.monotonic()
+        tracing = bool(s.tick_trace)
         while (tick := self._ticks_out.pop_from_non_rt()) is not None:
+            if tracing:
+                self._trace.append((tick.dt_s, tick.overrun_s))
             if now - getattr(self, '_last_tick_pub', 0.0) >= min_gap * 0.999:
                 self._last_tick_pub = now
                 msg64 = Float64MultiArray()
@@ -589,6 +654,9 @@ class ControlNode(LifecycleNode):
         self._last_episode = ep
         loop = self._loop
         violations = loop.status.violations if loop is not None else 0
+        calls, secs = self._learner_stats
+        calls0, secs0 = self._learner_at_episode
+        self._learner_at_episode = self._learner_stats
         if self._csv is not None:
             self._csv.append(
                 EpisodeTiming(
@@ -598,8 +666,8 @@ class ControlNode(LifecycleNode):
                     std_tick_dt_ms=ep.dt_std_s * 1e3,
                     max_overrun_ms=ep.max_overrun_s * 1e3,
                     n_violations=violations,
-                    learner_train_calls=0,
-                    learner_total_train_s=0.0,
+                    learner_train_calls=max(calls - calls0, 0),
+                    learner_total_train_s=max(secs - secs0, 0.0),
                     episode_return=ep.episode_return,
                     balance_s=ep.balance_s,
                     policy_version=ep.policy_version,
@@ -645,7 +713,12 @@ class ControlNode(LifecycleNode):
                 min_version=snapshot.version,
             )
             snapshot.write_from_non_rt(actor, time.monotonic())
-        except PolicyRejected as exc:
+            md = read_metadata(bytes(msg.data))
+            self._learner_stats = (
+                int(md.get('learner_train_calls', '0')),
+                float(md.get('learner_total_train_s', '0')),
+            )
+        except (PolicyRejected, ValueError) as exc:
             self._weights_rejected += 1
             self._last_reject_reason = str(exc)
             self.get_logger().warning(
@@ -713,10 +786,26 @@ class ControlNode(LifecycleNode):
         self._diag_pub.publish(arr)
 
 
+def _raise_existing_threads(priority: int) -> None:
+    """Give the threads that already exist (DDS, rclpy) the same low FIFO priority."""
+    for tid in os.listdir('/proc/self/task'):
+        if not is_fifo(int(tid)):
+            set_fifo(priority, int(tid))
+
+
 def main(args: list[str] | None = None) -> int:
     """Run the node until SIGINT/SIGTERM; the motor is disengaged on every way out."""
     rclpy.init(args=args)
     node = ControlNode()
+    # Threads created from here on (executor workers, the publisher thread) inherit this.
+    prio = node.get_parameter('gil_holders_fifo_priority').value
+    if prio > 0:
+        err = set_fifo(prio)
+        if err:
+            node.get_logger().warning(f'other threads: {err}; a CPU load can then hold the GIL')
+        else:
+            _raise_existing_threads(prio)
+            node.get_logger().info(f'executor, publisher and DDS threads at SCHED_FIFO {prio}')
     executor = MultiThreadedExecutor(num_threads=2)
     executor.add_node(node)
     code = 0

@@ -128,8 +128,14 @@ def random_actor(
     return NumpyActor(meta, tensors)
 
 
-def encode_actor(meta: PolicyMeta, tensors: dict[str, np.ndarray]) -> bytes:
-    """Safetensors bytes of an actor, with :class:`PolicyMeta` as metadata."""
+def encode_actor(
+    meta: PolicyMeta, tensors: dict[str, np.ndarray], extra: dict[str, str] | None = None
+) -> bytes:
+    """Safetensors bytes of an actor, with :class:`PolicyMeta` (and ``extra``) as metadata.
+
+    ``extra`` carries informational strings (e.g. the learner's training counters); it can
+    not override the keys :class:`PolicyMeta` writes.
+    """
     expected = tensor_shapes(meta.obs_size, meta.action_size, meta.hidden_sizes)
     arrays = {}
     for name, shape in expected.items():
@@ -137,7 +143,8 @@ def encode_actor(meta: PolicyMeta, tensors: dict[str, np.ndarray]) -> bytes:
         if arr.shape != shape:
             raise ValueError(f'tensor {name} has shape {arr.shape}, expected {shape}')
         arrays[name] = arr
-    return st_save(arrays, metadata=meta.to_metadata())
+    metadata = {**(extra or {}), **meta.to_metadata()}
+    return st_save(arrays, metadata=metadata)
 
 
 def read_metadata(data: bytes) -> dict[str, str]:

@@ -1,0 +1,332 @@
+"""Benchmarks that print numbers and save them as JSON.
+
+``python -m rip_control.bench timing --rate 50 --seconds 60 --load sac --json PATH
+[--baseline rclpy-timer]``: the real control node (its own process, lifecycle-activated)
+against the rig emulator while a load runs beside it (``none``; ``hog``: a busy process per
+core; ``sac``: SB3 SAC ``train()`` flat out on a pre-filled buffer in another process).
+Policy weights of realistic size arrive at ``--weights-hz`` throughout. With
+``--baseline rclpy-timer`` the same tick work driven by an rclpy timer is measured next, in
+the same run under the same load.
+
+Every DDS participant stays on loopback in a domain of its own unless the caller set
+``ROS_AUTOMATIC_DISCOVERY_RANGE`` / ``ROS_DOMAIN_ID``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from contextlib import ExitStack
+import json
+import math
+import os
+from pathlib import Path
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from rip_control.emulator_process import EmulatorProcess, child_env
+from rip_control.launching import ProcessSpec, ensure_loopback_dds
+
+
+def tick_stats(
+    dt_s: np.ndarray,
+    overrun_s: np.ndarray,
+    rate_hz: float,
+    threshold_s: float = 0.005,
+    max_strikes: int = 3,
+) -> dict[str, Any]:
+    """Summary figures of a run's tick intervals (the JSON fields of the timing benchmark).
+
+    ``n_violations`` applies the 3-strike rule to ``overrun_s``; runs that were tripped
+    by it stop there, so for the node the trace's own count is authoritative.
+    """
+    dt = np.asarray(dt_s, dtype=np.float64)
+    period = 1.0 / rate_hz
+    dev = np.abs(dt - period)
+    strikes = violations = 0
+    for ov in np.asarray(overrun_s, dtype=np.float64):
+        strikes = strikes + 1 if ov > threshold_s else 0
+        if strikes >= max_strikes:
+            violations += 1
+            strikes = 0
+    return {
+        'target_rate_hz': rate_hz,
+        'measured_rate_hz': float(len(dt) / dt.sum()) if len(dt) else 0.0,
+        'n_ticks': int(len(dt)),
+        'dt_mean_ms': float(dt.mean() * 1e3) if len(dt) else math.nan,
+        'dt_std_ms': float(dt.std() * 1e3) if len(dt) else math.nan,
+        'dt_p99_abs_dev_ms': float(np.percentile(dev, 99) * 1e3) if len(dt) else math.nan,
+        'dt_max_abs_dev_ms': float(dev.max() * 1e3) if len(dt) else math.nan,
+        'max_overrun_ms': float(np.max(overrun_s) * 1e3) if len(dt) else math.nan,
+        'n_violations': violations,
+    }
+
+
+def _print_stats(title: str, s: dict[str, Any]) -> None:
+    print(
+        f'{title}: {s["measured_rate_hz"]:.4f} Hz (target {s["target_rate_hz"]:g}), '
+        f'{s["n_ticks"]} ticks, dt {s["dt_mean_ms"]:.4f} ± {s["dt_std_ms"]:.4f} ms, '
+        f'p99 |dev| {s["dt_p99_abs_dev_ms"]:.3f} ms, max |dev| {s["dt_max_abs_dev_ms"]:.3f} ms, '
+        f'max overrun {s["max_overrun_ms"]:.3f} ms, violations {s["n_violations"]}',
+        flush=True,
+    )
+
+
+class _Load:
+    """Background CPU load for a benchmark; stopped when the ExitStack closes."""
+
+    def __init__(self, kind: str, workdir: Path) -> None:
+        self.kind = kind
+        self.procs: list[subprocess.Popen[str]] = []
+        self.json_path = workdir / 'load.json'
+
+    def __enter__(self) -> _Load:
+        if self.kind == 'hog':
+            for _ in range(os.cpu_count() or 1):
+                self.procs.append(
+                    subprocess.Popen([sys.executable, '-c', 'while True: pass'], text=True)
+                )
+        elif self.kind == 'sac':
+            # Placed as the learner node places itself: nice +10, off the control CPU.
+            cmd = [sys.executable, '-m', 'rip_learner.train_load', '--json', str(self.json_path)]
+            cmd += ['--nice', '10', '--avoid-cpu', str(max(os.sched_getaffinity(0)))]
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=child_env())
+            self.procs.append(proc)
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if not line.startswith('READY'):
+                raise RuntimeError(f'the SAC load did not start: {line!r}')
+        elif self.kind != 'none':
+            raise ValueError(f'unknown load {self.kind!r}: use none, hog or sac')
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def result(self) -> dict[str, Any]:
+        if self.json_path.exists():
+            return dict(json.loads(self.json_path.read_text()))
+        return {}
+
+
+class _WeightsSource:
+    """Publishes fresh actor weights (new version each time), as a learner would."""
+
+    def __init__(self, node: Any, rate_hz: float, hidden: tuple[int, ...]) -> None:
+        from std_msgs.msg import UInt8MultiArray
+
+        from rip_control.control_node import WEIGHTS_QOS
+
+        self._msg_type = UInt8MultiArray
+        self.pub = node.create_publisher(UInt8MultiArray, 'policy_weights', WEIGHTS_QOS)
+        self.rate_hz = rate_hz
+        self.hidden = hidden
+        self.version = 0
+        self.nbytes = 0
+
+    def publish(self) -> None:
+        from rip_control.env import ACTION_SIZE, OBS_SIZE
+        from rip_control.policy import encode_actor, random_actor
+
+        self.version += 1
+        actor = random_actor(
+            OBS_SIZE,
+            ACTION_SIZE,
+            self.hidden,
+            self.rate_hz,
+            version=self.version,
+            seed=self.version,
+        )
+        data = encode_actor(actor.meta, actor.tensors)
+        self.nbytes = len(data)
+        msg = self._msg_type()
+        msg.data = data
+        self.pub.publish(msg)
+
+
+def _spin_for(node: Any, seconds: float, every_s: float, action: Any) -> None:
+    import rclpy
+
+    end = time.monotonic() + seconds
+    next_action = time.monotonic()
+    while (now := time.monotonic()) < end:
+        if every_s > 0 and now >= next_action:
+            action()
+            next_action += every_s
+        rclpy.spin_once(node, timeout_sec=min(0.01, max(0.0, end - now)))
+
+
+def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
+    """The ``timing`` benchmark; returns the JSON document."""
+    import rclpy
+
+    from rip_control.lifecycle_driver import LifecycleDriver
+
+    ensure_loopback_dds()
+    rate = a.rate
+    workdir = Path(tempfile.mkdtemp(prefix='rip_bench_'))
+    trace = workdir / 'trace.npz'
+    node_name = f'rip_bench_control_{os.getpid()}'
+    params: dict[str, Any] = {
+        'rate_hz': rate,
+        'allow_random_policy': True,
+        'max_action_v': 1.0,
+        'episode_seconds': 6.0,
+        'run_name': 'bench',
+        'runs_dir': str(workdir / 'runs'),
+        'tick_trace': str(trace),
+    }
+    for item in a.node_param:
+        key, _, value = item.partition(':=')
+        params[key] = json.loads(value) if value[:1] in '[0123456789-tf' else value
+    doc: dict[str, Any] = {
+        'benchmark': 'timing',
+        'load': a.load,
+        'seconds': a.seconds,
+        'weights_hz': a.weights_hz,
+        'emulator_cpu': a.emulator_cpu,
+        'node_params': {k: v for k, v in params.items() if k not in ('runs_dir', 'tick_trace')},
+        'machine': {'cpus': os.cpu_count(), 'platform': platform.platform()},
+    }
+    rclpy.init()
+    node = rclpy.create_node(f'rip_bench_{os.getpid()}')
+    with ExitStack() as stack:
+        # The emulator stands in for the rig's microcontroller (SCHED_FIFO 70, unpinned).
+        emu_args = ['--cpu', str(a.emulator_cpu)] if a.emulator_cpu >= 0 else []
+        emu = stack.enter_context(EmulatorProcess(workdir / 'rig', emu_args))
+        params['serial_port'] = str(emu.link)
+        print(f'emulator up on {emu.link}; starting load {a.load!r}', flush=True)
+        load = stack.enter_context(_Load(a.load, workdir))
+        weights = _WeightsSource(node, rate, (64, 64))
+        spec = ProcessSpec('control', 'control_node', node_name, params=params)
+        proc = subprocess.Popen(spec.command(), env=child_env(), text=True)
+        stack.callback(_stop_process, proc)
+        driver = LifecycleDriver(node, spec.fqn)
+        if not driver.wait_for_services(20.0):
+            raise RuntimeError('the control node never offered its lifecycle services')
+        if not (driver.change('configure') and driver.change('activate')):
+            raise RuntimeError('the control node refused configure/activate (see its log)')
+        print(f'control node active at {rate:g} Hz; measuring {a.seconds:g} s', flush=True)
+        every = 1.0 / a.weights_hz if a.weights_hz > 0 else 0.0
+        _spin_for(node, a.seconds, every, weights.publish)
+        state = driver.state()
+        if state == 'active':
+            driver.change('deactivate')
+        _stop_process(proc)
+        with np.load(trace, allow_pickle=False) as z:
+            dt, overrun = z['dt_s'][1:], z['overrun_s'][1:]  # the first dt is from the anchor
+            ours = tick_stats(dt, overrun, rate)
+            ours['n_violations'] = int(z['violations'])
+            ours['fifo'] = bool(z['fifo'])
+            ours['missed_ticks'] = int(z['missed_ticks'])
+            ours['ticks_not_traced'] = int(z['ticks_dropped'])
+            ours['node_state_at_end'] = state
+        ours['weights_published'] = weights.version
+        ours['weights_bytes'] = weights.nbytes
+        doc['control_node'] = ours
+        _print_stats('control node (paced thread)', ours)
+        if a.baseline == 'rclpy-timer':
+            out = workdir / 'baseline.json'
+            base_proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    '-m',
+                    'rip_control.timer_baseline',
+                    '--port',
+                    str(emu.link),
+                    '--rate',
+                    str(rate),
+                    '--seconds',
+                    str(a.seconds),
+                    '--json',
+                    str(out),
+                ],
+                env=child_env(),
+                text=True,
+            )
+            stack.callback(_stop_process, base_proc)
+            deadline = time.monotonic() + a.seconds + 60.0
+            while base_proc.poll() is None and time.monotonic() < deadline:
+                _spin_for(node, 0.1, every, weights.publish)
+            if base_proc.wait(timeout=30) != 0:
+                raise RuntimeError('the rclpy-timer baseline failed (see its log)')
+            times = np.asarray(json.loads(out.read_text())['tick_times_s'])
+            bdt = np.diff(times)
+            base = tick_stats(bdt, np.maximum(bdt - 1.0 / rate, 0.0), rate)
+            base['fifo'] = False
+            doc['rclpy_timer'] = base
+            _print_stats('rclpy timer baseline', base)
+        doc['load_result'] = load.result() if a.load == 'sac' else {}
+    node.destroy_node()
+    rclpy.try_shutdown()
+    return doc
+
+
+def _stop_process(proc: subprocess.Popen[str]) -> None:
+    import signal
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _write_json(path: str, doc: dict[str, Any]) -> None:
+    if not path:
+        return
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + '.tmp')
+    tmp.write_text(json.dumps(doc, indent=2) + '\n')
+    os.replace(tmp, p)
+    print(f'wrote {p}', flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line; see the module docstring."""
+    ap = argparse.ArgumentParser(prog='python -m rip_control.bench', description=__doc__)
+    sub = ap.add_subparsers(dest='bench', required=True)
+    t = sub.add_parser('timing', help='control node tick timing under load')
+    t.add_argument('--rate', type=float, default=50.0)
+    t.add_argument('--seconds', type=float, default=60.0)
+    t.add_argument('--load', choices=('none', 'hog', 'sac'), default='sac')
+    t.add_argument('--baseline', choices=('none', 'rclpy-timer'), default='none')
+    t.add_argument('--weights-hz', type=float, default=10.0)
+    t.add_argument(
+        '--emulator-cpu',
+        type=int,
+        default=-1,
+        help='pin the emulator to this CPU (default -1: no pinning; measured: pinning it to '
+        'the control CPU makes the control thread wait behind it)',
+    )
+    t.add_argument(
+        '--node-param',
+        action='append',
+        default=[],
+        metavar='NAME:=VALUE',
+        help='extra control node parameter (e.g. fifo_priority:=0)',
+    )
+    t.add_argument('--json', default='')
+    a = ap.parse_args(argv)
+    if a.bench == 'timing':
+        _write_json(a.json, bench_timing(a))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

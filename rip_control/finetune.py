@@ -1,0 +1,375 @@
+"""Standalone runner of the whole fine-tune, for machines with rclpy but no ``ros2 launch``.
+
+``python -m rip_control.finetune rate:=50 episodes:=10 run_name:=demo``
+
+It takes the same ``name:=value`` arguments as ``launch/finetune.launch.py`` and starts the
+same processes with the same parameters (:mod:`rip_control.launching` holds the plan both
+use): the rig emulator when ``serial_port`` is empty, the learner node, and the control node,
+whose lifecycle it drives (configure, activate). It streams their logs with a prefix and
+prints one line per episode. When the episodes are done, or on Ctrl-C, it stops in the safe
+order: the control node is deactivated first (motor off), then the learner is stopped (its
+buffer is saved), then the emulator. It then writes plots and a summary into
+``runs/<run_name>/``. The exit status is non-zero when any process failed, with the reason.
+
+``resume_buffer:=auto`` continues from ``runs/<run_name>/replay_buffer.safetensors`` when it
+exists (what ``make demo`` does, so a second demo resumes the first one's buffer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from rip_control.emulator_process import EmulatorProcess, child_env
+from rip_control.launching import (
+    CONTROL,
+    LAUNCH_ARGUMENTS,
+    LEARNER,
+    ProcessSpec,
+    ensure_loopback_dds,
+    node_parameters,
+)
+
+BUFFER_FILE = 'replay_buffer.safetensors'
+_print_lock = threading.Lock()
+
+
+def _say(text: str, file: Any = None) -> None:
+    """Print whole lines from any thread (child logs and progress lines never interleave)."""
+    with _print_lock:
+        print(text, file=file or sys.stdout, flush=True)
+
+
+class RunFailed(RuntimeError):
+    """A process of the run failed; the message says which and why."""
+
+
+def parse_args(argv: list[str]) -> dict[str, str]:
+    """``name:=value`` pairs (the launch-file syntax); anything else is refused by name."""
+    out = {}
+    for item in argv:
+        name, sep, value = item.partition(':=')
+        if not sep or not name:
+            raise ValueError(f'argument {item!r} is not name:=value')
+        out[name] = value
+    return out
+
+
+def plan(args: dict[str, str], pid: int | None = None) -> tuple[list[ProcessSpec], dict[str, Any]]:
+    """The processes the fine-tune runs, with their parameters, as the launch file would.
+
+    :returns: (process specs in start order, resolved argument values).
+    """
+    params = node_parameters(args)
+    values = {a.name: args.get(a.name, a.default) for a in LAUNCH_ARGUMENTS}
+    specs = []
+    control, learner = params[CONTROL], params[LEARNER]
+    if not control.get('serial_port'):
+        link = values['emulator_link']
+        if 'emulator_link' not in args and pid is not None:
+            link = f'/tmp/rip_rig_{pid}'  # one per runner: concurrent runs never share a rig
+        emu_args = ['--link', link]
+        if values['rig_params']:
+            emu_args += ['--params', values['rig_params']]
+        specs.append(ProcessSpec('emulator', 'rig_emulator', args=emu_args))
+        control['serial_port'] = link
+    if learner.get('resume_buffer') == 'auto':
+        candidate = Path(str(learner.get('runs_dir', 'runs'))) / str(learner['run_name'])
+        candidate = candidate / BUFFER_FILE
+        learner['resume_buffer'] = str(candidate) if candidate.exists() else ''
+    specs.append(ProcessSpec('learner', 'learner_node', 'rip_learner', params=learner))
+    specs.append(ProcessSpec('control', 'control_node', 'rip_control', params=control))
+    return specs, values
+
+
+class _Child:
+    """A child process whose output is streamed with a prefix."""
+
+    def __init__(self, spec: ProcessSpec, stream: bool) -> None:
+        self.spec = spec
+        self.proc = subprocess.Popen(
+            spec.command(),
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.tail: list[str] = []
+        self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream: bool) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.tail = (self.tail + [line.rstrip()])[-20:]
+            if stream:
+                _say(f'[{self.spec.label}] {line.rstrip()}')
+
+    def stop(self, sig: int = signal.SIGINT, timeout_s: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._thread.join(timeout=2.0)
+        return int(self.proc.returncode)
+
+
+class _Monitor:
+    """Subscribes to what the runner reports: episode summaries and learner diagnostics."""
+
+    def __init__(self, node: Any, control_fqn: str) -> None:
+        from diagnostic_msgs.msg import DiagnosticArray
+        from std_msgs.msg import Float64MultiArray
+
+        self.episodes: list[dict[str, float]] = []
+        self.learner: dict[str, str] = {}
+        self.control: dict[str, str] = {}
+        node.create_subscription(
+            Float64MultiArray, f'{control_fqn}/episode', self._on_episode, 100
+        )
+        node.create_subscription(DiagnosticArray, '/diagnostics', self._on_diag, 10)
+
+    def _on_episode(self, msg: Any) -> None:
+        ep = {d.label: float(v) for d, v in zip(msg.layout.dim, msg.data, strict=False)}
+        ep['learner_updates'] = float(self.learner.get('gradient_steps_done', 0))
+        ep['buffer_size'] = float(self.learner.get('buffer_size', 0))
+        ep['violations'] = float(self.control.get('violations', 0))
+        self.episodes.append(ep)
+        _say(
+            f'episode {int(ep["episode"]):3d}: return {ep["return"]:8.2f}, balance '
+            f'{ep["balance_s"]:5.2f} s, tick {ep["dt_mean_ms"]:.3f} ± {ep["dt_std_ms"]:.3f} ms, '
+            f'violations {int(ep["violations"])}, learner updates {int(ep["learner_updates"])}, '
+            f'buffer {int(ep["buffer_size"])}, policy v{int(ep["policy_version"])}'
+        )
+
+    def _on_diag(self, msg: Any) -> None:
+        for st in msg.status:
+            values = {kv.key: kv.value for kv in st.values}
+            if st.name.endswith(': learner'):
+                self.learner = values
+            elif st.name.endswith(': control loop'):
+                self.control = values
+
+
+def run(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
+    """Run the fine-tune; return the summary (also written to the run folder)."""
+    import rclpy
+
+    from rip_control.lifecycle_driver import LifecycleDriver
+
+    rng, domain = ensure_loopback_dds()
+    specs, values = plan(args, pid=os.getpid())
+    control_spec = next(s for s in specs if s.label == 'control')
+    learner_spec = next(s for s in specs if s.label == 'learner')
+    run_dir = Path(str(control_spec.params['runs_dir'])) / str(control_spec.params['run_name'])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    control_spec.params['tick_trace'] = str(run_dir / 'ticks.npz')
+    episodes = int(control_spec.params.get('episodes', 0))
+    resumed = str(learner_spec.params.get('resume_buffer', ''))
+    print(
+        f'fine-tune {values["run_name"]!r}: {control_spec.params["rate_hz"]} Hz, '
+        f'{episodes or "unlimited"} episodes x {control_spec.params["episode_seconds"]} s, '
+        f'K={learner_spec.params.get("gradient_steps")}, DDS {rng} domain {domain}, '
+        + (f'resuming buffer {resumed}' if resumed else 'fresh buffer'),
+        flush=True,
+    )
+    rclpy.init(args=[])
+    node = rclpy.create_node(f'rip_finetune_{os.getpid()}')
+    children: list[_Child] = []
+    emulator: EmulatorProcess | None = None
+    failure = ''
+    interrupted = False
+    driver = LifecycleDriver(node, control_spec.fqn)
+    monitor = _Monitor(node, control_spec.fqn)
+    started = time.monotonic()
+
+    def _sigterm(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    old_term = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        for spec in specs:
+            if spec.executable == 'rig_emulator':
+                link = spec.args[spec.args.index('--link') + 1]
+                emulator = EmulatorProcess(link, spec.args[2:]).start()
+                print(f'[emulator] {emulator.ready_line.strip()}', flush=True)
+            else:
+                children.append(_Child(spec, stream_logs))
+        if not driver.wait_for_services(30.0):
+            raise RunFailed('the control node never offered its lifecycle services')
+        if not driver.change('configure'):
+            raise RunFailed('the control node refused to configure (see [control] log)')
+        if not driver.change('activate'):
+            raise RunFailed('the control node refused to activate (see [control] log)')
+        while True:
+            rclpy.spin_once(node, timeout_sec=0.1)
+            for child in children:
+                if child.proc.poll() is not None:
+                    raise RunFailed(
+                        f'{child.spec.label} exited with status {child.proc.returncode}: '
+                        + ' | '.join(child.tail[-3:])
+                    )
+            if (
+                monitor.control.get('lifecycle_state') == 'inactive'
+                and monitor.control.get('violations', '0') != '0'
+            ):
+                raise RunFailed('the control node left active after a timing violation')
+            if episodes and len(monitor.episodes) >= episodes:
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+        print('interrupted: stopping (motor first, then learner, then emulator)', flush=True)
+    except RunFailed as exc:
+        failure = str(exc)
+        print(f'FAILED: {failure}', file=sys.stderr, flush=True)
+    finally:
+        codes = _shutdown(driver, children, emulator)
+        signal.signal(signal.SIGTERM, old_term)
+        node.destroy_node()
+        rclpy.try_shutdown()
+    for label, code in codes.items():
+        if code not in (0, -signal.SIGINT) and not failure:
+            failure = f'{label} exited with status {code}'
+    summary = _summarise(run_dir, monitor, values, resumed, time.monotonic() - started)
+    summary.update(failure=failure, interrupted=interrupted, exit_codes=codes)
+    tmp = run_dir / 'summary.json.tmp'
+    tmp.write_text(json.dumps(summary, indent=2) + '\n')
+    os.replace(tmp, run_dir / 'summary.json')
+    return summary
+
+
+def _shutdown(
+    driver: Any, children: list[_Child], emulator: EmulatorProcess | None
+) -> dict[str, int]:
+    """Safe order: control deactivated (motor off), learner saved, control ended, emulator."""
+    codes: dict[str, int] = {}
+    try:
+        if driver.state(timeout_s=2.0) == 'active':
+            driver.change('deactivate', timeout_s=5.0)
+    except (TimeoutError, RuntimeError) as exc:
+        print(f'could not deactivate the control node ({exc}); stopping it by signal', flush=True)
+    by_label = {c.spec.label: c for c in children}
+    for label in ('control', 'learner'):
+        child = by_label.get(label)
+        if child is None:
+            continue
+        if label == 'control':
+            # SIGINT also disengages (the node's own exit path) if deactivate did not answer.
+            codes[label] = child.stop(signal.SIGINT, timeout_s=15.0)
+        else:
+            codes[label] = child.stop(signal.SIGINT, timeout_s=60.0)
+    if emulator is not None:
+        emulator.stop()
+    return codes
+
+
+def _summarise(
+    run_dir: Path, monitor: _Monitor, values: dict[str, Any], resumed: str, wall_s: float
+) -> dict[str, Any]:
+    import numpy as np
+
+    eps = monitor.episodes
+    summary: dict[str, Any] = {
+        'run_dir': str(run_dir),
+        'rate_hz': float(values['rate']),
+        'episodes': len(eps),
+        'wall_seconds': round(wall_s, 1),
+        'resumed_buffer': resumed or None,
+        'episode_returns': [e['return'] for e in eps],
+        'balance_s': [e['balance_s'] for e in eps],
+        'policy_versions': [int(e['policy_version']) for e in eps],
+        'learner': monitor.learner,
+    }
+    trace = run_dir / 'ticks.npz'
+    if trace.exists():
+        from rip_control.bench import tick_stats
+
+        with np.load(trace, allow_pickle=False) as z:
+            stats = tick_stats(z['dt_s'][1:], z['overrun_s'][1:], float(values['rate']))
+            stats['n_violations'] = int(z['violations'])
+            summary['ticks'] = stats
+            _plots(run_dir, z['dt_s'][1:], float(values['rate']), eps)
+    rate = summary.get('ticks', {}).get('measured_rate_hz', float('nan'))
+    print(
+        '\n== summary ==\n'
+        f'run folder      {run_dir}\n'
+        f'buffer          {"resumed from " + resumed if resumed else "fresh"}; now '
+        f'{monitor.learner.get("buffer_size", "?")} transitions\n'
+        f'episodes        {len(eps)}, returns '
+        + ', '.join(f'{e["return"]:.1f}' for e in eps)
+        + '\n'
+        f'tick rate       {rate:.4f} Hz (target {values["rate"]}), violations '
+        f'{summary.get("ticks", {}).get("n_violations", "?")}\n'
+        f'learner         {monitor.learner.get("gradient_steps_done", "?")} updates, '
+        f'{monitor.learner.get("updates_per_transition", "?")} per transition, policy '
+        f'v{monitor.learner.get("policy_version_published", "?")}\n'
+        f'policy versions used per episode: {summary["policy_versions"]}',
+        flush=True,
+    )
+    return summary
+
+
+def _plots(run_dir: Path, dt_s: Any, rate_hz: float, eps: list[dict[str, float]]) -> None:
+    import matplotlib
+
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.hist((np.asarray(dt_s) - 1.0 / rate_hz) * 1e3, bins=100)
+    ax.set_xlabel('tick dt - period (ms)')
+    ax.set_ylabel('ticks')
+    ax.set_yscale('log')
+    ax.set_title(f'control tick interval at {rate_hz:g} Hz ({len(dt_s)} ticks)')
+    fig.tight_layout()
+    fig.savefig(run_dir / 'tick_dt_hist.png', dpi=100)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([e['episode'] for e in eps], [e['return'] for e in eps], 'o-', label='return')
+    ax.set_xlabel('episode')
+    ax.set_ylabel('episode return')
+    ax2 = ax.twinx()
+    ax2.plot([e['episode'] for e in eps], [e['balance_s'] for e in eps], 's--', color='C1')
+    ax2.set_ylabel('longest balance (s)', color='C1')
+    ax.set_title('fine-tune: per-episode return')
+    fig.tight_layout()
+    fig.savefig(run_dir / 'episode_returns.png', dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``name:=value`` arguments as in the launch file; ``--quiet`` hides logs."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ('-h', '--help') for a in argv):
+        print(__doc__)
+        print('arguments (name:=value):')
+        for a in LAUNCH_ARGUMENTS:
+            print(f'  {a.name:16s} {a.description} (default {a.default!r})')
+        return 0
+    quiet = '--quiet' in argv
+    argv = [a for a in argv if a != '--quiet']
+    try:
+        args = parse_args(argv)
+        summary = run(args, stream_logs=not quiet)
+    except ValueError as exc:
+        print(f'finetune: {exc}', file=sys.stderr)
+        return 2
+    if summary['failure']:
+        print(f'finetune failed: {summary["failure"]}', file=sys.stderr)
+        return 1
+    return 130 if summary['interrupted'] else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Process plans: which executables run with which parameters (runner, benchmarks, tests).
+
+A :class:`ProcessSpec` is what a launch file's ``Node`` action says — executable, node name,
+namespace, parameters — turned into a ``python -m`` command for machines without
+``ros2 launch``. :mod:`rip_control.finetune` builds its plan from these, and a test compares
+that plan with ``launch/finetune.launch.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import os
+from pathlib import Path
+import sys
+from typing import Any
+
+from rip_control.emulator_process import child_env
+
+# console_scripts entry point -> module (setup.py declares the same pairs)
+EXECUTABLES = {
+    'control_node': 'rip_control.control_node',
+    'learner_node': 'rip_learner.learner_node',
+    'rig_emulator': 'rip_control.rig_emulator',
+}
+
+
+def param_text(value: Any) -> str:
+    """A parameter value as ``--ros-args -p name:=value`` wants it (YAML scalars/lists)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return '[' + ','.join(param_text(v) for v in value) + ']'
+    if isinstance(value, str):
+        return value if value else "''"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+@dataclass
+class ProcessSpec:
+    """One process of a plan.
+
+    :param label: log prefix.
+    :param executable: key of :data:`EXECUTABLES`.
+    :param node_name: ROS node name (None: not a node, e.g. the emulator).
+    :param namespace: ROS namespace ('' for none).
+    :param params: ROS parameters.
+    :param args: plain command-line arguments (non-ROS processes).
+    """
+
+    label: str
+    executable: str
+    node_name: str | None = None
+    namespace: str = ''
+    params: dict[str, Any] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+
+    def command(self) -> list[str]:
+        """The ``python -m`` command line that starts it."""
+        cmd = [sys.executable, '-m', EXECUTABLES[self.executable], *self.args]
+        if self.node_name is None:
+            return cmd
+        cmd += ['--ros-args', '-r', f'__node:={self.node_name}']
+        if self.namespace:
+            cmd += ['-r', f'__ns:=/{self.namespace.strip("/")}']
+        for key, value in self.params.items():
+            cmd += ['-p', f'{key}:={param_text(value)}']
+        return cmd
+
+    @property
+    def fqn(self) -> str:
+        """Fully qualified node name."""
+        ns = self.namespace.strip('/')
+        return f'/{ns}/{self.node_name}' if ns else f'/{self.node_name}'
+
+
+def ensure_loopback_dds(default_domain: int | None = None) -> tuple[str, str]:
+    """Keep DDS on this machine unless the user chose otherwise; return (range, domain)."""
+    os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+    if 'ROS_DOMAIN_ID' not in os.environ:
+        domain = default_domain if default_domain is not None else 100 + os.getpid() % 100
+        os.environ['ROS_DOMAIN_ID'] = str(domain)
+    return os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'], os.environ['ROS_DOMAIN_ID']
+
+
+__all__ = ['EXECUTABLES', 'ProcessSpec', 'child_env', 'ensure_loopback_dds', 'param_text']
+
+
+@dataclass(frozen=True)
+class LaunchArgument:
+    """A launch argument and the node parameters it overrides.
+
+    ``launch/finetune.launch.py`` declares these, and :mod:`rip_control.finetune` accepts
+    them as ``name:=value``; both apply a value to every ``(node, parameter)`` in ``targets``
+    on top of ``params_file``.
+    """
+
+    name: str
+    default: str
+    description: str
+    targets: tuple[tuple[str, str], ...] = ()
+
+
+CONTROL, LEARNER = 'rip_control', 'rip_learner'
+LAUNCH_ARGUMENTS = (
+    LaunchArgument(
+        'rate', '50.0', 'control rate, Hz', ((CONTROL, 'rate_hz'), (LEARNER, 'rate_hz'))
+    ),
+    LaunchArgument(
+        'serial_port',
+        '',
+        'rig serial device; empty starts the emulator',
+        ((CONTROL, 'serial_port'),),
+    ),
+    LaunchArgument(
+        'run_name',
+        'default',
+        'outputs under runs/<run_name>/',
+        ((CONTROL, 'run_name'), (LEARNER, 'run_name')),
+    ),
+    LaunchArgument(
+        'runs_dir',
+        'runs',
+        'parent directory of runs',
+        ((CONTROL, 'runs_dir'), (LEARNER, 'runs_dir')),
+    ),
+    LaunchArgument(
+        'episodes', '10', 'episodes to run (0: until stopped)', ((CONTROL, 'episodes'),)
+    ),
+    LaunchArgument(
+        'episode_seconds', '6.0', 'policy time per episode, s', ((CONTROL, 'episode_seconds'),)
+    ),
+    LaunchArgument(
+        'gradient_steps', '4', 'K: SAC updates per transition', ((LEARNER, 'gradient_steps'),)
+    ),
+    LaunchArgument(
+        'resume_buffer', '', 'replay buffer to continue from', ((LEARNER, 'resume_buffer'),)
+    ),
+    LaunchArgument(
+        'policy', '', 'initial actor (.safetensors)', ((CONTROL, 'policy'), (LEARNER, 'policy'))
+    ),
+    LaunchArgument(
+        'params_file',
+        '',
+        "YAML with both nodes' parameters (default: the installed config/finetune.yaml)",
+    ),
+    LaunchArgument('rig_params', '', 'emulator physics YAML (empty: QUBE-Servo 2)'),
+    LaunchArgument('emulator_link', '/tmp/rip_rig', 'where the emulator links its pty'),
+)
+
+
+def default_params_file() -> Path:
+    """``config/finetune.yaml``: from the source tree, else from the installed share dir."""
+    here = Path(__file__).resolve().parent.parent / 'config' / 'finetune.yaml'
+    if here.exists():
+        return here
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        return Path(get_package_share_directory('rip_control')) / 'config' / 'finetune.yaml'
+    except ImportError:  # pragma: no cover - no ROS 2 install and no source tree
+        raise FileNotFoundError('config/finetune.yaml not found; pass params_file:=PATH') from None
+
+
+def parse_value(text: str) -> Any:
+    """A ``name:=value`` value typed the way ROS 2 types it (YAML scalar or list)."""
+    import yaml
+
+    if text == '':
+        return ''
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def node_parameters(args: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Parameters of each node: the params file, then the launch arguments over it.
+
+    :param args: launch arguments given by the user (unknown names are refused).
+    """
+    import yaml
+
+    known = {a.name: a for a in LAUNCH_ARGUMENTS}
+    unknown = sorted(set(args) - set(known))
+    if unknown:
+        raise ValueError(f'unknown argument(s) {unknown}; known: {sorted(known)}')
+    values = {a.name: args.get(a.name, a.default) for a in LAUNCH_ARGUMENTS}
+    path = Path(values['params_file']) if values['params_file'] else default_params_file()
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise ValueError(f'params_file {path}: {exc}') from exc
+    out: dict[str, dict[str, Any]] = {}
+    for node in (CONTROL, LEARNER):
+        out[node] = dict((doc.get(node) or {}).get('ros__parameters') or {})
+    for a in LAUNCH_ARGUMENTS:
+        for node, param in a.targets:
+            out[node][param] = parse_value(values[a.name])
+    return out

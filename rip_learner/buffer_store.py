@@ -1,0 +1,201 @@
+"""Replay buffer files: safetensors (no code runs on load), tagged, checksummed, atomic.
+
+A buffer file holds the stored transitions in chronological order — ``observations``,
+``next_observations``, ``actions``, ``rewards``, ``dones`` and ``timeouts`` (SB3's
+``terminated``/``truncated`` split: ``dones`` is terminated *or* truncated, ``timeouts``
+marks truncation, so bootstrapping stays right) — and string metadata: format and version,
+control rate, observation/action sizes, count, the newest policy version, and a SHA-256 of
+the tensor data (safetensors itself would load a flipped byte silently).
+
+Writes go to a temporary file in the same directory, are fsynced, renamed over the
+destination and the directory fsynced: a crash mid-save leaves the previous file intact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import hashlib
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
+
+from rip_control.policy import PolicyRejected, read_metadata
+
+FORMAT = 'rip_replay_buffer'
+FORMAT_VERSION = '1'
+FIELDS = ('observations', 'next_observations', 'actions', 'rewards', 'dones', 'timeouts')
+
+
+class BufferRejected(ValueError):
+    """A buffer file that must not be loaded; the message names the file and the fault."""
+
+
+@dataclass(frozen=True)
+class BufferMeta:
+    """What a buffer file says about itself."""
+
+    rate_hz: float
+    obs_size: int
+    action_size: int
+    count: int
+    policy_version: int = 0
+
+
+def _digest(arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in FIELDS:
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(arrays[name]).tobytes())
+    return h.hexdigest()
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves either the old or the new file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
+    try:
+        with open(tmp, 'wb') as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def extract(rb: Any) -> dict[str, np.ndarray]:
+    """The stored transitions of an SB3 ``ReplayBuffer`` (one env), oldest first."""
+    n = rb.buffer_size if rb.full else rb.pos
+    order = np.arange(n)
+    if rb.full:
+        order = (order + rb.pos) % rb.buffer_size
+    return {
+        'observations': rb.observations[order, 0].astype(np.float32),
+        'next_observations': rb.next_observations[order, 0].astype(np.float32),
+        'actions': rb.actions[order, 0].astype(np.float32),
+        'rewards': rb.rewards[order, 0].astype(np.float32),
+        'dones': rb.dones[order, 0].astype(np.float32),
+        'timeouts': rb.timeouts[order, 0].astype(np.float32),
+    }
+
+
+def insert(rb: Any, arrays: dict[str, np.ndarray]) -> int:
+    """Append loaded transitions to an SB3 ``ReplayBuffer``; returns how many were added."""
+    n = len(arrays['rewards'])
+    for i in range(n):
+        rb.add(
+            arrays['observations'][i][None],
+            arrays['next_observations'][i][None],
+            arrays['actions'][i][None],
+            arrays['rewards'][i : i + 1],
+            arrays['dones'][i : i + 1],
+            [{'TimeLimit.truncated': bool(arrays['timeouts'][i])}],
+        )
+    return n
+
+
+def encode(arrays: dict[str, np.ndarray], meta: BufferMeta) -> bytes:
+    """Safetensors bytes of a buffer with its metadata and checksum."""
+    n = len(arrays['rewards'])
+    if n != meta.count:
+        raise ValueError(f'buffer holds {n} transitions but its metadata says {meta.count}')
+    md = {
+        'format': FORMAT,
+        'format_version': FORMAT_VERSION,
+        'rate_hz': repr(float(meta.rate_hz)),
+        'obs_size': str(meta.obs_size),
+        'action_size': str(meta.action_size),
+        'count': str(meta.count),
+        'policy_version': str(meta.policy_version),
+        'sha256': _digest(arrays),
+    }
+    return st_save({k: np.ascontiguousarray(arrays[k]) for k in FIELDS}, metadata=md)
+
+
+def save(path: str | Path, arrays: dict[str, np.ndarray], meta: BufferMeta) -> None:
+    """Encode and write atomically."""
+    atomic_write_bytes(path, encode(arrays, meta))
+
+
+def load(
+    path: str | Path, *, rate_hz: float, obs_size: int, action_size: int
+) -> tuple[dict[str, np.ndarray], BufferMeta]:
+    """Read and verify a buffer file; raise :class:`BufferRejected` naming what is wrong.
+
+    Refused: a missing or unreadable file, a truncated or corrupted one (header, sizes or
+    checksum), another format or version, another control rate (the message names both
+    rates), other observation/action sizes, non-finite values.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise BufferRejected(f'cannot read replay buffer {path}: {exc}') from exc
+    try:
+        md = read_metadata(data)
+    except PolicyRejected as exc:
+        raise BufferRejected(f'{path} is not a replay buffer file (truncated?): {exc}') from exc
+    if md.get('format') != FORMAT or md.get('format_version') != FORMAT_VERSION:
+        raise BufferRejected(
+            f'{path}: format {md.get("format")!r} v{md.get("format_version")!r}, '
+            f'expected {FORMAT!r} v{FORMAT_VERSION}'
+        )
+    try:
+        meta = BufferMeta(
+            rate_hz=float(md['rate_hz']),
+            obs_size=int(md['obs_size']),
+            action_size=int(md['action_size']),
+            count=int(md['count']),
+            policy_version=int(md.get('policy_version', '0')),
+        )
+    except (KeyError, ValueError) as exc:
+        raise BufferRejected(f'{path}: malformed metadata: {exc!r}') from exc
+    if not math.isclose(meta.rate_hz, rate_hz, rel_tol=1e-9):
+        raise BufferRejected(
+            f'{path} was collected at {meta.rate_hz:g} Hz but this learner runs at '
+            f'{rate_hz:g} Hz: transitions from another rate teach the wrong dynamics'
+        )
+    if (meta.obs_size, meta.action_size) != (obs_size, action_size):
+        raise BufferRejected(
+            f'{path} holds obs/action sizes {meta.obs_size}/{meta.action_size}, '
+            f'expected {obs_size}/{action_size}'
+        )
+    try:
+        arrays = st_load(data)
+    except Exception as exc:  # noqa: BLE001 - the library raises several types for bad bytes
+        raise BufferRejected(f'{path} is corrupt or truncated: {exc}') from exc
+    if set(arrays) != set(FIELDS):
+        raise BufferRejected(f'{path} holds tensors {sorted(arrays)}, expected {sorted(FIELDS)}')
+    n = meta.count
+    shapes = {
+        'observations': (n, obs_size),
+        'next_observations': (n, obs_size),
+        'actions': (n, action_size),
+        'rewards': (n,),
+        'dones': (n,),
+        'timeouts': (n,),
+    }
+    for name, shape in shapes.items():
+        if arrays[name].shape != shape or arrays[name].dtype != np.float32:
+            raise BufferRejected(
+                f'{path}: {name} is {arrays[name].dtype}{arrays[name].shape}, '
+                f'expected float32{shape}'
+            )
+    if md.get('sha256') != _digest(arrays):
+        raise BufferRejected(f'{path}: checksum mismatch, the file is corrupt')
+    for name in FIELDS:
+        if not np.isfinite(arrays[name]).all():
+            raise BufferRejected(f'{path}: non-finite values in {name}')
+    return arrays, meta

@@ -1,0 +1,499 @@
+"""The ``rip_learner`` node: SAC in its own process, fed by the rigs' ``transitions``.
+
+``ros2 run rip_control learner_node`` (or ``python -m rip_learner.learner_node``).
+
+Threads of this process:
+
+* the **executor** thread: the ``transitions`` subscription (each message is checked —
+  labelled layout, sizes, finite values, measured dt within ``dt_tolerance_ms`` of the
+  period — and queued; rejections are counted by reason), and ``/diagnostics`` at 1 Hz;
+* the **training** thread: drains the queue into the replay buffer it alone owns, runs
+  ``model.train(n, batch_size)`` so that gradient steps per received transition approach
+  ``gradient_steps`` (K) once ``learning_starts`` transitions are stored, publishes the actor
+  on ``policy_weights`` (once at start, then every ``publish_every_steps`` updates or
+  ``publish_every_s``), and checkpoints every ``checkpoint_every_s``.
+
+SB3's ``learn()`` is never called. The buffer is saved at every checkpoint and at shutdown
+(SIGINT/SIGTERM included) with :mod:`rip_learner.buffer_store`: atomic, no pickle, tagged
+with the rate. ``resume_buffer:=PATH`` continues from one; a buffer from another rate is
+refused at start with both rates named, and the process exits non-zero.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass
+import os
+from pathlib import Path
+import sys
+import threading
+import time
+from typing import Any
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+import numpy as np
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
+from std_msgs.msg import Float32MultiArray, UInt8MultiArray
+
+from rip_control.control_node import TRANSITIONS_QOS, WEIGHTS_QOS
+from rip_control.env import ACTION_SIZE, OBS_SIZE
+from rip_control.policy import PolicyRejected, encode_actor, load_actor_file
+from rip_control.transitions import Transition, TransitionRejected, unpack
+from rip_learner import buffer_store
+from rip_learner.buffer_store import BufferMeta, BufferRejected, atomic_write_bytes
+from rip_learner.sac import SacConfig, actor_meta, actor_tensors, build_sac, load_actor_into
+
+BUFFER_FILE = 'replay_buffer.safetensors'
+POLICY_FILE = 'policy_latest.safetensors'
+CHECKPOINT_FILE = 'sac_checkpoint.safetensors'
+
+
+class LearnerConfigError(ValueError):
+    """A parameter, initial policy or resume file the learner cannot start with."""
+
+
+@dataclass(frozen=True)
+class LearnerSettings:
+    """Everything read from parameters at start."""
+
+    rate_hz: float
+    sac: SacConfig
+    gradient_steps: int
+    learning_starts: int
+    max_chunk: int
+    dt_tolerance_s: float
+    resume_buffer: str
+    policy: str
+    run_dir: Path
+    publish_every_steps: int
+    publish_every_s: float
+    checkpoint_every_s: float
+    nice: int
+    cpus: tuple[int, ...]
+
+
+def _fp(lo: float, hi: float) -> list[FloatingPointRange]:
+    return [FloatingPointRange(from_value=lo, to_value=hi, step=0.0)]
+
+
+def _ir(lo: int, hi: int) -> list[IntegerRange]:
+    return [IntegerRange(from_value=lo, to_value=hi, step=1)]
+
+
+# name, default, description, range (or None)
+PARAMETERS: tuple[tuple[str, Any, str, Any], ...] = (
+    ('rate_hz', 50.0, 'control rate of the rigs, Hz (buffers are tagged)', _fp(1.0, 1000.0)),
+    ('gradient_steps', 4, 'K: SAC updates per received transition', _ir(0, 1000)),
+    ('batch_size', 256, 'SAC minibatch', _ir(1, 65536)),
+    ('learning_starts', 500, 'stored transitions before the first update', _ir(0, 10**9)),
+    ('hidden_sizes', [64, 64], 'actor and critic hidden layers', None),
+    ('learning_rate', 3e-4, 'Adam learning rate', _fp(1e-7, 1.0)),
+    ('gamma', 0.99, 'discount', _fp(0.0, 1.0)),
+    ('tau', 0.005, 'target smoothing', _fp(0.0, 1.0)),
+    ('buffer_size', 200_000, 'replay buffer capacity', _ir(1, 10**8)),
+    ('torch_threads', 1, 'torch intra-op threads', _ir(1, 256)),
+    ('max_chunk', 32, 'largest train() call, in gradient steps', _ir(1, 10000)),
+    ('dt_tolerance_ms', 5.0, 'largest |dt - 1/rate_hz| a transition may have', _fp(0.01, 1e4)),
+    ('resume_buffer', '', 'replay buffer file to continue from', None),
+    ('policy', '', 'initial actor weights (.safetensors)', None),
+    ('run_name', 'default', 'outputs under runs/<run_name>', None),
+    ('runs_dir', 'runs', 'parent directory of runs', None),
+    ('publish_every_steps', 200, 'publish the actor every this many updates', _ir(1, 10**9)),
+    ('publish_every_s', 2.0, '... or this often while training', _fp(0.01, 3600.0)),
+    ('checkpoint_every_s', 30.0, 'save buffer and checkpoint this often', _fp(1.0, 86400.0)),
+    ('nice', 10, 'niceness added to this process (the control loop has priority)', _ir(0, 19)),
+    ('cpus', [-1], 'CPUs for this process ([-1]: all but the control CPU)', None),
+    ('seed', 0, 'SAC seed', None),
+)
+
+
+class LearnerNode(Node):
+    """Runs SAC on the transitions of one or more rigs and publishes the actor."""
+
+    def __init__(self, node_name: str = 'rip_learner', **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        for name, default, description, rng in PARAMETERS:
+            desc = ParameterDescriptor(description=description)
+            if rng is not None and isinstance(default, float):
+                desc.floating_point_range = rng
+            elif rng is not None:
+                desc.integer_range = rng
+            self.declare_parameter(name, default, desc)
+        self.settings = self._read_settings()
+        s = self.settings
+        self._tune_process(s)
+        self.model = build_sac(s.sac)
+        self.version = 0
+        self._load_initial_policy(s)
+        self._lock = threading.Lock()  # the replay buffer: add() and the whole train() call
+        self._inbox: deque[Transition] = deque()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.received = 0
+        self.accepted = 0
+        self.rejected: Counter[str] = Counter()
+        self.added = 0
+        self.added_after_start = 0
+        self.train_calls = 0
+        self.train_s = 0.0
+        self.updates = 0
+        self.last_checkpoint = ''
+        self.last_save_s = time.monotonic()
+        self._updates_at_publish = 0
+        self._publish_t = 0.0
+        self._diag_prev = (time.monotonic(), 0)
+        self._resume(s)
+        self._weights_pub = self.create_publisher(UInt8MultiArray, 'policy_weights', WEIGHTS_QOS)
+        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self._sub = self.create_subscription(
+            Float32MultiArray,
+            'transitions',
+            self._on_transition,
+            TRANSITIONS_QOS,
+            callback_group=MutuallyExclusiveCallbackGroup(),
+        )
+        self.create_timer(1.0, self._publish_diagnostics)
+        self._thread = threading.Thread(target=self._train_main, name='rip-learner-train')
+        self._thread.start()
+        self.get_logger().info(
+            f'learner at {s.rate_hz:g} Hz: K={s.gradient_steps}, batch {s.sac.batch_size}, '
+            f'nets {list(s.sac.hidden_sizes)}, learning_starts {s.learning_starts}, buffer '
+            f'{self.buffer_size} stored, torch threads {s.sac.torch_threads}, run dir {s.run_dir}'
+        )
+
+    # -- set-up ----------------------------------------------------------------------------
+
+    def _read_settings(self) -> LearnerSettings:
+        p = self.get_parameter
+        try:
+            sac = SacConfig(
+                hidden_sizes=tuple(int(h) for h in p('hidden_sizes').value),
+                batch_size=p('batch_size').value,
+                learning_rate=p('learning_rate').value,
+                gamma=p('gamma').value,
+                tau=p('tau').value,
+                buffer_size=p('buffer_size').value,
+                torch_threads=p('torch_threads').value,
+                seed=p('seed').value,
+            )
+        except ValueError as exc:
+            raise LearnerConfigError(str(exc)) from exc
+        return LearnerSettings(
+            rate_hz=p('rate_hz').value,
+            sac=sac,
+            gradient_steps=p('gradient_steps').value,
+            learning_starts=p('learning_starts').value,
+            max_chunk=p('max_chunk').value,
+            dt_tolerance_s=p('dt_tolerance_ms').value / 1e3,
+            resume_buffer=p('resume_buffer').value,
+            policy=p('policy').value,
+            run_dir=Path(p('runs_dir').value) / p('run_name').value,
+            publish_every_steps=p('publish_every_steps').value,
+            publish_every_s=p('publish_every_s').value,
+            checkpoint_every_s=p('checkpoint_every_s').value,
+            nice=p('nice').value,
+            cpus=tuple(int(c) for c in p('cpus').value),
+        )
+
+    def _tune_process(self, s: LearnerSettings) -> None:
+        notes = []
+        if s.nice:
+            os.nice(s.nice)
+            notes.append(f'nice +{s.nice}')
+        cpus = set(s.cpus)
+        if cpus == {-1}:
+            allowed = os.sched_getaffinity(0)
+            # The control node pins to the last CPU; leave it to the control thread.
+            cpus = allowed - {max(allowed)} if len(allowed) > 1 else allowed
+        if cpus and cpus != os.sched_getaffinity(0):
+            try:
+                os.sched_setaffinity(0, cpus)
+                notes.append(f'cpus {sorted(cpus)}')
+            except OSError as exc:
+                notes.append(f'cpu pinning refused ({exc})')
+        self.get_logger().info('learner process: ' + (', '.join(notes) or 'untuned'))
+
+    def _load_initial_policy(self, s: LearnerSettings) -> None:
+        if not s.policy:
+            return
+        try:
+            actor = load_actor_file(
+                s.policy, rate_hz=s.rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+            )
+        except PolicyRejected as exc:
+            raise LearnerConfigError(f'initial policy refused: {exc}') from exc
+        if actor.meta.hidden_sizes != s.sac.hidden_sizes:
+            raise LearnerConfigError(
+                f'initial policy {s.policy} has hidden sizes {list(actor.meta.hidden_sizes)} '
+                f'but the learner is configured with {list(s.sac.hidden_sizes)}'
+            )
+        load_actor_into(self.model, actor.tensors)
+        self.version = actor.version
+
+    def _resume(self, s: LearnerSettings) -> None:
+        if not s.resume_buffer:
+            return
+        try:
+            arrays, meta = buffer_store.load(
+                s.resume_buffer, rate_hz=s.rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+            )
+        except BufferRejected as exc:
+            raise LearnerConfigError(f'resume_buffer refused: {exc}') from exc
+        n = buffer_store.insert(self.model.replay_buffer, arrays)
+        self.added = n
+        self.version = max(self.version, meta.policy_version)
+        note = ''
+        ckpt = Path(s.resume_buffer).with_name(CHECKPOINT_FILE)
+        if ckpt.exists() and not s.policy:
+            self._load_checkpoint(ckpt)
+            note = f' and the SAC networks from {ckpt}'
+        self.get_logger().info(
+            f'resumed {n} transitions from {s.resume_buffer}{note} (policy version {self.version})'
+        )
+
+    def _load_checkpoint(self, path: Path) -> None:
+        import torch
+
+        try:
+            tensors = st_load(path.read_bytes())
+        except Exception as exc:  # noqa: BLE001 - the library raises several types
+            raise LearnerConfigError(f'checkpoint {path} is corrupt: {exc}') from exc
+        state = {k: torch.as_tensor(v) for k, v in tensors.items() if k != 'log_ent_coef'}
+        try:
+            self.model.policy.load_state_dict(state)
+        except RuntimeError as exc:
+            raise LearnerConfigError(f'checkpoint {path} does not fit these nets: {exc}') from exc
+        if 'log_ent_coef' in tensors and self.model.log_ent_coef is not None:
+            with torch.no_grad():
+                self.model.log_ent_coef.copy_(torch.as_tensor(tensors['log_ent_coef']))
+
+    @property
+    def buffer_size(self) -> int:
+        """Transitions stored in the replay buffer."""
+        rb = self.model.replay_buffer
+        return int(rb.buffer_size if rb.full else rb.pos)
+
+    # -- receiving -------------------------------------------------------------------------
+
+    def _on_transition(self, msg: Float32MultiArray) -> None:
+        self.received += 1
+        s = self.settings
+        try:
+            labels = [(d.label, int(d.size)) for d in msg.layout.dim]
+            t = unpack(labels, np.asarray(msg.data, dtype=np.float32), OBS_SIZE, ACTION_SIZE)
+            period = 1.0 / s.rate_hz
+            if abs(t.dt_s - period) > s.dt_tolerance_s:
+                raise TransitionRejected(
+                    'dt',
+                    f'measured dt {t.dt_s * 1e3:.3f} ms is not within '
+                    f'{s.dt_tolerance_s * 1e3:g} ms of the {period * 1e3:g} ms period',
+                )
+        except TransitionRejected as exc:
+            self.rejected[exc.reason] += 1
+            self.get_logger().warning(
+                f'transition rejected ({exc.reason}, {sum(self.rejected.values())} so far): {exc}',
+                throttle_duration_sec=5.0,
+            )
+            return
+        self.accepted += 1
+        self._inbox.append(t)
+        self._wake.set()
+
+    # -- training --------------------------------------------------------------------------
+
+    def _drain_inbox(self) -> int:
+        rb = self.model.replay_buffer
+        n = 0
+        with self._lock:
+            while self._inbox:
+                t = self._inbox.popleft()
+                rb.add(
+                    t.obs[None],
+                    t.next_obs[None],
+                    t.action[None],
+                    np.array([t.reward], dtype=np.float32),
+                    np.array([float(t.terminated or t.truncated)], dtype=np.float32),
+                    [{'TimeLimit.truncated': bool(t.truncated and not t.terminated)}],
+                )
+                n += 1
+        self.added += n
+        if self.buffer_size >= self.settings.learning_starts:
+            self.added_after_start += n
+        return n
+
+    def _train_main(self) -> None:
+        s = self.settings
+        try:
+            self._publish_weights()
+            while not self._stop.is_set():
+                self._drain_inbox()
+                due = s.gradient_steps * self.added_after_start - self.updates
+                if due > 0 and self.buffer_size >= max(1, s.learning_starts):
+                    n = min(due, s.max_chunk)
+                    t0 = time.perf_counter()
+                    with self._lock:
+                        self.model.train(gradient_steps=n, batch_size=s.sac.batch_size)
+                    self.train_s += time.perf_counter() - t0
+                    self.train_calls += 1
+                    self.updates += n
+                else:
+                    self._wake.wait(0.05)
+                    self._wake.clear()
+                now = time.monotonic()
+                trained = self.updates - self._updates_at_publish
+                if trained >= s.publish_every_steps or (
+                    trained > 0 and now - self._publish_t >= s.publish_every_s
+                ):
+                    self._publish_weights()
+                if now - self.last_save_s >= s.checkpoint_every_s:
+                    self.checkpoint()
+        except Exception as exc:  # noqa: BLE001 - reported, and the process exits non-zero
+            self.get_logger().fatal(f'training thread failed: {type(exc).__name__}: {exc}')
+            self.failed = exc
+            rclpy.try_shutdown(context=self.context)
+
+    failed: BaseException | None = None
+
+    def _actor_bytes(self) -> bytes:
+        s = self.settings
+        extra = {
+            'learner_train_calls': str(self.train_calls),
+            'learner_total_train_s': repr(self.train_s),
+            'learner_updates': str(self.updates),
+        }
+        meta = actor_meta(s.sac, self.version, s.rate_hz)
+        return encode_actor(meta, actor_tensors(self.model), extra)
+
+    def _publish_weights(self) -> None:
+        self.version += 1
+        msg = UInt8MultiArray()
+        msg.data = self._actor_bytes()
+        self._weights_pub.publish(msg)
+        self._updates_at_publish = self.updates
+        self._publish_t = time.monotonic()
+
+    # -- persistence -----------------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Save the buffer, the actor and the SAC networks into the run folder (atomic)."""
+        s = self.settings
+        t0 = time.monotonic()
+        with self._lock:
+            arrays = buffer_store.extract(self.model.replay_buffer)
+            state = {
+                k: v.detach().cpu().numpy().copy()
+                for k, v in self.model.policy.state_dict().items()
+            }
+            if self.model.log_ent_coef is not None:
+                state['log_ent_coef'] = self.model.log_ent_coef.detach().cpu().numpy().copy()
+            actor = self._actor_bytes()
+        meta = BufferMeta(s.rate_hz, OBS_SIZE, ACTION_SIZE, len(arrays['rewards']), self.version)
+        buffer_store.save(s.run_dir / BUFFER_FILE, arrays, meta)
+        atomic_write_bytes(s.run_dir / POLICY_FILE, actor)
+        atomic_write_bytes(
+            s.run_dir / CHECKPOINT_FILE,
+            st_save(
+                state, metadata={'policy_version': str(self.version), 'rate_hz': repr(s.rate_hz)}
+            ),
+        )
+        self.last_save_s = time.monotonic()
+        self.last_checkpoint = time.strftime('%H:%M:%S')
+        self.get_logger().info(
+            f'checkpoint: {meta.count} transitions, policy v{self.version}, '
+            f'{self.updates} updates -> {s.run_dir} ({time.monotonic() - t0:.2f} s)'
+        )
+
+    def shutdown(self) -> None:
+        """Stop training and save everything (called on every way out)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=30.0)
+        self._drain_inbox()
+        self.checkpoint()
+
+    # -- diagnostics -----------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for diagnostics and the runner."""
+        return {
+            'buffer_size': self.buffer_size,
+            'transitions_received': self.received,
+            'transitions_accepted': self.accepted,
+            'transitions_rejected': sum(self.rejected.values()),
+            **{f'rejected_{k}': v for k, v in sorted(self.rejected.items())},
+            'gradient_steps_done': self.updates,
+            'train_calls': self.train_calls,
+            'train_seconds': round(self.train_s, 3),
+            'updates_per_transition': (
+                self.updates / self.added_after_start if self.added_after_start else 0.0
+            ),
+            'policy_version_published': self.version,
+            'last_checkpoint': self.last_checkpoint or 'none',
+        }
+
+    def _publish_diagnostics(self) -> None:
+        values = self.stats()
+        now = time.monotonic()
+        prev_t, prev_updates = self._diag_prev
+        values['updates_per_s'] = round((self.updates - prev_updates) / max(now - prev_t, 1e-9), 1)
+        self._diag_prev = (now, self.updates)
+        level, message = DiagnosticStatus.OK, 'training' if self.updates else 'waiting for data'
+        k = self.settings.gradient_steps
+        if self.failed is not None:
+            level, message = DiagnosticStatus.ERROR, f'training failed: {self.failed}'
+        elif values['transitions_rejected']:
+            level, message = DiagnosticStatus.WARN, 'transitions rejected'
+        elif self.added_after_start > 500 and values['updates_per_transition'] < 0.5 * k:
+            level, message = DiagnosticStatus.WARN, 'falling behind K updates per transition'
+        status = DiagnosticStatus(
+            name=f'{self.get_name()}: learner',
+            hardware_id='rip_learner',
+            level=level,
+            message=message,
+            values=[KeyValue(key=key, value=str(v)) for key, v in values.items()],
+        )
+        arr = DiagnosticArray()
+        arr.header.stamp = self.get_clock().now().to_msg()
+        arr.status = [status]
+        self._diag_pub.publish(arr)
+
+
+def main(args: list[str] | None = None) -> int:
+    """Run until SIGINT/SIGTERM; the buffer is saved on every way out. Exit 2: bad config."""
+    rclpy.init(args=args)
+    try:
+        node = LearnerNode()
+    except LearnerConfigError as exc:
+        print(f'rip_learner: {exc}', file=sys.stderr, flush=True)
+        rclpy.try_shutdown()
+        return 2
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    code = 0
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        try:
+            node.shutdown()
+        except Exception as exc:  # noqa: BLE001
+            node.get_logger().fatal(f'final save failed: {exc!r}')
+            code = 1
+        if node.failed is not None:
+            code = 1
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return code
+
+
+if __name__ == '__main__':
+    sys.exit(main())

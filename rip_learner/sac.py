@@ -1,0 +1,142 @@
+"""The learner's SAC: built for the rig's spaces, trained in steps we schedule, actor exported.
+
+SB3's :class:`~stable_baselines3.SAC` is used as a library here, never through
+``learn()``: the learner owns the replay buffer and calls ``train(gradient_steps,
+batch_size)`` itself. :func:`actor_tensors` maps SB3's actor onto the wire layout of
+:mod:`rip_control.policy` (``layers.i``, ``mu``, ``log_std``) so the control process can run
+it in numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rip_control.env import ACTION_SIZE, OBS_SIZE
+from rip_control.policy import PolicyMeta
+
+# The rig's spaces, shared with the control node (rip_control.env): obs 6, action 1 in [-1, 1].
+OBSERVATION_SPACE = gym.spaces.Box(-np.inf, np.inf, shape=(OBS_SIZE,), dtype=np.float32)
+ACTION_SPACE = gym.spaces.Box(-1.0, 1.0, shape=(ACTION_SIZE,), dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class SacConfig:
+    """SAC hyperparameters the learner exposes as parameters.
+
+    The default network is smaller than SB3's [256, 256]: on two shared cores that size
+    manages ~72 updates/s, short of the K = 4 x 50 Hz = 200 the fine-tune needs
+    (``bench/results/learner_throughput.json`` has the measured trade-off).
+    """
+
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    batch_size: int = 256
+    learning_rate: float = 3e-4
+    gamma: float = 0.99
+    tau: float = 0.005
+    buffer_size: int = 200_000
+    torch_threads: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.hidden_sizes or min(self.hidden_sizes) < 1:
+            raise ValueError(f'hidden_sizes must be positive widths, got {self.hidden_sizes}')
+        if self.batch_size < 1:
+            raise ValueError(f'batch_size must be >= 1, got {self.batch_size}')
+        if self.buffer_size < self.batch_size:
+            raise ValueError(
+                f'buffer_size {self.buffer_size} is smaller than batch_size {self.batch_size}'
+            )
+        if self.torch_threads < 1:
+            raise ValueError(f'torch_threads must be >= 1, got {self.torch_threads}')
+
+
+class _SpacesOnlyEnv(gym.Env):
+    """Carries the spaces into SB3's constructor; never stepped (the rig is elsewhere)."""
+
+    observation_space = OBSERVATION_SPACE
+    action_space = ACTION_SPACE
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
+        raise RuntimeError('the learner never steps an env; transitions arrive over DDS')
+
+    def step(self, action: Any) -> Any:
+        raise RuntimeError('the learner never steps an env; transitions arrive over DDS')
+
+
+def build_sac(cfg: SacConfig) -> Any:
+    """An SB3 SAC ready for ``train()`` calls (logger configured, torch threads set)."""
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.logger import configure
+    import torch
+
+    torch.set_num_threads(cfg.torch_threads)
+    model = SAC(
+        'MlpPolicy',
+        _SpacesOnlyEnv(),
+        learning_rate=cfg.learning_rate,
+        buffer_size=cfg.buffer_size,
+        learning_starts=0,
+        batch_size=cfg.batch_size,
+        tau=cfg.tau,
+        gamma=cfg.gamma,
+        policy_kwargs={'net_arch': list(cfg.hidden_sizes)},
+        replay_buffer_kwargs={'handle_timeout_termination': True},
+        seed=cfg.seed,
+        device='cpu',
+        verbose=0,
+    )
+    model.set_logger(configure(None, []))
+    return model
+
+
+def actor_tensors(model: Any) -> dict[str, np.ndarray]:
+    """The SB3 actor's weights in :mod:`rip_control.policy`'s naming, as float32 arrays."""
+    import torch
+
+    linears = [m for m in model.actor.latent_pi if isinstance(m, torch.nn.Linear)]
+    out: dict[str, np.ndarray] = {}
+    with torch.no_grad():
+        for i, layer in enumerate(linears):
+            out[f'layers.{i}.weight'] = layer.weight.detach().cpu().numpy().astype(np.float32)
+            out[f'layers.{i}.bias'] = layer.bias.detach().cpu().numpy().astype(np.float32)
+        for head in ('mu', 'log_std'):
+            module = getattr(model.actor, head)
+            out[f'{head}.weight'] = module.weight.detach().cpu().numpy().astype(np.float32)
+            out[f'{head}.bias'] = module.bias.detach().cpu().numpy().astype(np.float32)
+    return out
+
+
+def load_actor_into(model: Any, tensors: dict[str, np.ndarray]) -> None:
+    """Overwrite the SB3 actor with wire-layout weights (an initial policy)."""
+    import torch
+
+    linears = [m for m in model.actor.latent_pi if isinstance(m, torch.nn.Linear)]
+    with torch.no_grad():
+        for i, layer in enumerate(linears):
+            layer.weight.copy_(torch.as_tensor(tensors[f'layers.{i}.weight']))
+            layer.bias.copy_(torch.as_tensor(tensors[f'layers.{i}.bias']))
+        for head in ('mu', 'log_std'):
+            module = getattr(model.actor, head)
+            module.weight.copy_(torch.as_tensor(tensors[f'{head}.weight']))
+            module.bias.copy_(torch.as_tensor(tensors[f'{head}.bias']))
+
+
+def actor_meta(cfg: SacConfig, version: int, rate_hz: float) -> PolicyMeta:
+    """Metadata of the actor this config builds."""
+    return PolicyMeta(version, rate_hz, OBS_SIZE, ACTION_SIZE, tuple(cfg.hidden_sizes))
+
+
+def prefill_random(model: Any, n: int, seed: int = 0) -> None:
+    """Fill the replay buffer with ``n`` synthetic transitions (benchmarks of train())."""
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        obs = rng.standard_normal((1, OBS_SIZE)).astype(np.float32)
+        nxt = rng.standard_normal((1, OBS_SIZE)).astype(np.float32)
+        act = rng.uniform(-1, 1, (1, ACTION_SIZE)).astype(np.float32)
+        model.replay_buffer.add(
+            obs, nxt, act, rng.standard_normal(1), np.zeros(1), [{'TimeLimit.truncated': False}]
+        )

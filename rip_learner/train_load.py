@@ -1,0 +1,75 @@
+"""SB3 SAC ``train()`` running flat out on a pre-filled buffer, in its own process.
+
+The ``sac`` load of the timing benchmark, and the "SB3 alone" side of the learner
+throughput benchmark. Prints ``READY`` once the buffer is filled and the first update ran,
+then trains until ``--seconds`` pass or SIGINT/SIGTERM, and writes updates/s as JSON.
+
+``python -m rip_learner.train_load --seconds 60 --json load.json``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+from rip_learner.sac import SacConfig, build_sac, prefill_random
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line; see the module docstring."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('--hidden', default='64,64', help='hidden layer widths, e.g. 256,256')
+    ap.add_argument('--batch', type=int, default=256)
+    ap.add_argument('--threads', type=int, default=1, help='torch intra-op threads')
+    ap.add_argument('--prefill', type=int, default=10_000)
+    ap.add_argument('--chunk', type=int, default=4, help='gradient steps per train() call')
+    ap.add_argument('--seconds', type=float, default=float('inf'))
+    ap.add_argument('--json', default='')
+    ap.add_argument('--nice', type=int, default=0, help='niceness to add')
+    ap.add_argument('--avoid-cpu', type=int, default=-1, help='keep off this CPU (-1: none)')
+    a = ap.parse_args(argv)
+    if a.nice:
+        os.nice(a.nice)
+    cpus = os.sched_getaffinity(0) - {a.avoid_cpu}
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    cfg = SacConfig(
+        hidden_sizes=tuple(int(h) for h in a.hidden.split(',')),
+        batch_size=a.batch,
+        torch_threads=a.threads,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    model = build_sac(cfg)
+    prefill_random(model, a.prefill)
+    model.train(a.chunk, cfg.batch_size)
+    print('READY', flush=True)
+    start = time.perf_counter()
+    updates = 0
+    while not stop.is_set() and time.perf_counter() - start < a.seconds:
+        model.train(a.chunk, cfg.batch_size)
+        updates += a.chunk
+    elapsed = time.perf_counter() - start
+    result = {
+        'hidden_sizes': list(cfg.hidden_sizes),
+        'batch_size': cfg.batch_size,
+        'torch_threads': cfg.torch_threads,
+        'updates': updates,
+        'seconds': elapsed,
+        'updates_per_s': updates / elapsed if elapsed > 0 else 0.0,
+    }
+    print(json.dumps(result), flush=True)
+    if a.json:
+        with open(a.json, 'w') as f:
+            json.dump(result, f, indent=2)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

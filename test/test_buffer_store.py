@@ -1,0 +1,132 @@
+"""Replay buffer files: round trip, rate refusal, corruption refusal, atomic saves."""
+
+import multiprocessing
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from rip_learner import buffer_store
+from rip_learner.buffer_store import BufferMeta, BufferRejected
+
+OBS, ACT = 6, 1
+
+
+def _arrays(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        'observations': rng.standard_normal((n, OBS)).astype(np.float32),
+        'next_observations': rng.standard_normal((n, OBS)).astype(np.float32),
+        'actions': rng.uniform(-1, 1, (n, ACT)).astype(np.float32),
+        'rewards': rng.standard_normal(n).astype(np.float32),
+        'dones': (rng.uniform(size=n) < 0.1).astype(np.float32),
+        'timeouts': (rng.uniform(size=n) < 0.05).astype(np.float32),
+    }
+
+
+def _save(path, n=100, rate=50.0, seed=0):
+    arrays = _arrays(n, seed)
+    buffer_store.save(path, arrays, BufferMeta(rate, OBS, ACT, n, policy_version=7))
+    return arrays
+
+
+def _load(path, rate=50.0):
+    return buffer_store.load(path, rate_hz=rate, obs_size=OBS, action_size=ACT)
+
+
+def test_round_trip_keeps_every_field_and_the_tags(tmp_path):
+    path = tmp_path / 'b.safetensors'
+    arrays = _save(path)
+    loaded, meta = _load(path)
+    assert meta == BufferMeta(50.0, OBS, ACT, 100, 7)
+    for name in buffer_store.FIELDS:
+        np.testing.assert_array_equal(loaded[name], arrays[name])
+
+
+def test_the_file_runs_no_code_when_loaded(tmp_path):
+    path = tmp_path / 'b.safetensors'
+    _save(path)
+    data = path.read_bytes()
+    assert b'pickle' not in data and not data.startswith(b'\x80')  # safetensors, not a pickle
+
+
+def test_a_buffer_from_another_rate_is_refused_naming_both_rates(tmp_path):
+    path = tmp_path / 'b.safetensors'
+    _save(path, rate=100.0)
+    with pytest.raises(BufferRejected, match=r'100 Hz.*50 Hz'):
+        _load(path, rate=50.0)
+
+
+@pytest.mark.parametrize('cut', [0, 5, 100, -10])
+def test_a_truncated_buffer_is_refused(tmp_path, cut):
+    path = tmp_path / 'b.safetensors'
+    _save(path)
+    data = path.read_bytes()
+    path.write_bytes(data[:cut] if cut >= 0 else data[:cut])
+    with pytest.raises(BufferRejected, match='b.safetensors'):
+        _load(path)
+
+
+def test_a_flipped_byte_in_the_data_is_refused(tmp_path):
+    path = tmp_path / 'b.safetensors'
+    _save(path)
+    data = bytearray(path.read_bytes())
+    data[-50] ^= 0x40
+    path.write_bytes(bytes(data))
+    with pytest.raises(BufferRejected, match='checksum'):
+        _load(path)
+
+
+def test_missing_file_and_other_sizes_are_refused_clearly(tmp_path):
+    with pytest.raises(BufferRejected, match='cannot read'):
+        _load(tmp_path / 'nope.safetensors')
+    path = tmp_path / 'b.safetensors'
+    _save(path)
+    with pytest.raises(BufferRejected, match='obs/action sizes 6/1'):
+        buffer_store.load(path, rate_hz=50.0, obs_size=5, action_size=1)
+
+
+def test_sb3_buffer_extract_and_insert_round_trip_in_order():
+    from stable_baselines3.common.buffers import ReplayBuffer
+
+    from rip_learner.sac import ACTION_SPACE, OBSERVATION_SPACE
+
+    rb = ReplayBuffer(8, OBSERVATION_SPACE, ACTION_SPACE, handle_timeout_termination=True)
+    arrays = _arrays(11)  # wraps around: the oldest 3 are overwritten
+    buffer_store.insert(rb, arrays)
+    out = buffer_store.extract(rb)
+    np.testing.assert_array_equal(out['observations'], arrays['observations'][3:])
+    np.testing.assert_array_equal(out['rewards'], arrays['rewards'][3:])
+    # SB3 keeps timeouts apart from dones: truncation must not cut bootstrapping
+    np.testing.assert_array_equal(out['timeouts'], arrays['timeouts'][3:])
+    np.testing.assert_array_equal(out['dones'], arrays['dones'][3:])
+
+
+def _save_forever(path):
+    i = 0
+    while True:
+        i += 1
+        _save(path, n=20000, seed=i)
+
+
+def test_a_kill_during_save_leaves_the_previous_buffer_intact(tmp_path):
+    path = tmp_path / 'b.safetensors'
+    original = _save(path, n=20000, seed=0)
+    ctx = multiprocessing.get_context('spawn')
+    for _ in range(5):
+        proc = ctx.Process(target=_save_forever, args=(path,))
+        proc.start()
+        # Let it get into a save (bounded: the loop only saves), then kill it mid-write.
+        deadline_files = 0
+        while deadline_files < 200 and not any(
+            p.name.endswith('.tmp') for p in tmp_path.iterdir()
+        ):
+            deadline_files += 1
+            os.sched_yield()
+            proc.join(timeout=0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join()
+        arrays, meta = _load(path)  # never a torn file
+        assert meta.count == 20000
+    assert arrays['rewards'].shape == original['rewards'].shape

@@ -1,0 +1,94 @@
+"""The launch file and the standalone runner start the same processes with the same parameters."""
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rip_control import finetune
+from rip_control.launching import CONTROL, LAUNCH_ARGUMENTS, LEARNER, node_parameters, param_text
+
+REPO = Path(__file__).resolve().parent.parent
+LAUNCH = REPO / 'launch' / 'finetune.launch.py'
+REQUIRED = {
+    'rate',
+    'serial_port',
+    'run_name',
+    'episodes',
+    'episode_seconds',
+    'gradient_steps',
+    'resume_buffer',
+    'policy',
+    'params_file',
+}
+
+
+def test_the_launch_file_declares_every_required_argument_from_the_shared_table():
+    names = {a.name for a in LAUNCH_ARGUMENTS}
+    assert REQUIRED <= names
+    tree = ast.parse(LAUNCH.read_text())
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == 'rip_control.launching'
+        for alias in node.names
+    }
+    assert 'LAUNCH_ARGUMENTS' in imported
+
+
+def _launch_executables():
+    tree = ast.parse(LAUNCH.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == 'executable':
+            found.add(node.value.value)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value.startswith('/lib/rip_control/'):
+                found.add(node.value.rsplit('/', 1)[1])
+    return found
+
+
+def test_runner_plan_has_the_launch_files_executables_and_parameters():
+    specs, _ = finetune.plan({'rate': '100', 'episodes': '3', 'gradient_steps': '2'}, pid=1)
+    assert {s.executable for s in specs} == _launch_executables()
+    by = {s.label: s for s in specs}
+    params = node_parameters({'rate': '100', 'episodes': '3', 'gradient_steps': '2'})
+    for key, value in params[CONTROL].items():
+        if key != 'serial_port':
+            assert by['control'].params[key] == value
+    assert by['control'].params['rate_hz'] == 100 and by['learner'].params['rate_hz'] == 100
+    assert by['control'].params['episodes'] == 3
+    assert by['learner'].params['gradient_steps'] == 2
+    assert by['control'].params['serial_port'] == '/tmp/rip_rig_1'  # the emulator's link
+    cmd = by['control'].command()
+    assert '-p' in cmd and 'rate_hz:=100' in cmd
+
+
+def test_yaml_and_launch_defaults_agree():
+    doc = yaml.safe_load((REPO / 'config' / 'finetune.yaml').read_text())
+    for a in LAUNCH_ARGUMENTS:
+        for node, param in a.targets:
+            in_yaml = doc[node]['ros__parameters'][param]
+            assert param_text(in_yaml) == param_text(
+                yaml.safe_load(a.default) if a.default else ''
+            ), f'{a.name}: launch default {a.default!r} vs {node}.{param}={in_yaml!r}'
+
+
+def test_unknown_or_malformed_arguments_are_refused_by_name():
+    with pytest.raises(ValueError, match='rat'):
+        node_parameters({'rat': '50'})
+    with pytest.raises(ValueError, match='episodes=3'):
+        finetune.parse_args(['episodes=3'])
+
+
+def test_every_node_parameter_of_the_yaml_is_declared_by_the_nodes():
+    import re
+
+    doc = yaml.safe_load((REPO / 'config' / 'finetune.yaml').read_text())
+    control_src = (REPO / 'rip_control' / 'control_node.py').read_text()
+    declared = set(re.findall(r"declare_parameter\(\s*'(\w+)'", control_src))
+    assert set(doc[CONTROL]['ros__parameters']) <= declared
+    from rip_learner.learner_node import PARAMETERS
+
+    assert set(doc[LEARNER]['ros__parameters']) <= {p[0] for p in PARAMETERS}

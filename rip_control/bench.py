@@ -262,16 +262,152 @@ def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
                 _spin_for(node, 0.1, every, weights.publish)
             if base_proc.wait(timeout=30) != 0:
                 raise RuntimeError('the rclpy-timer baseline failed (see its log)')
-            times = np.asarray(json.loads(out.read_text())['tick_times_s'])
+            base_doc = json.loads(out.read_text())
+            times = np.asarray(base_doc['tick_times_s'])
             bdt = np.diff(times)
             base = tick_stats(bdt, np.maximum(bdt - 1.0 / rate, 0.0), rate)
             base['fifo'] = False
+            base['serial_errors'] = int(base_doc.get('serial_errors', 0))
             doc['rclpy_timer'] = base
             _print_stats('rclpy timer baseline', base)
         doc['load_result'] = load.result() if a.load == 'sac' else {}
     node.destroy_node()
     rclpy.try_shutdown()
     return doc
+
+
+def bench_sync_baseline(a: argparse.Namespace) -> dict[str, Any]:
+    """SB3 ``SAC.learn()`` with a self-pacing env through the emulator: the bug, measured."""
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from rip_control.env import RealRotaryInvertedPendulumEnv, TaskConfig
+    from rip_control.rig_client import LowLevelClient
+
+    workdir = Path(tempfile.mkdtemp(prefix='rip_sync_'))
+    dts: list[float] = []
+
+    class _Stop(BaseCallback):
+        def __init__(self, seconds: float) -> None:
+            super().__init__()
+            self.end = time.monotonic() + seconds
+
+        def _on_step(self) -> bool:
+            for info in self.locals.get('infos', []):
+                if 'dt_s' in info:
+                    dts.append(float(info['dt_s']))
+            return time.monotonic() < self.end
+
+    with EmulatorProcess(workdir / 'rig', []) as emu:
+        client = LowLevelClient(str(emu.link))
+        client.open()
+        task = TaskConfig(rate_hz=a.rate, episode_seconds=6.0, max_action_v=a.max_action_v)
+        env = RealRotaryInvertedPendulumEnv(client, task)
+        try:
+            model = SAC(
+                'MlpPolicy',
+                env,
+                learning_starts=a.learning_starts,
+                batch_size=256,
+                train_freq=1,
+                gradient_steps=a.gradient_steps,
+                policy_kwargs={'net_arch': [int(h) for h in a.hidden.split(',')]},
+                device='cpu',
+                seed=0,
+            )
+            import torch
+
+            torch.set_num_threads(1)
+            print(
+                f'SAC.learn() with a self-paced {a.rate:g} Hz env, K={a.gradient_steps}, '
+                f'{a.seconds:g} s ...',
+                flush=True,
+            )
+            model.learn(total_timesteps=10**9, callback=_Stop(a.seconds))
+        finally:
+            env.disengage_safely()
+            client.close()
+    # Only the ticks after learning started show the stretch; report both.
+    dt = np.asarray(dts)
+    learning = dt[a.learning_starts :] if len(dt) > a.learning_starts else dt
+    doc: dict[str, Any] = {
+        'benchmark': 'sync-baseline',
+        'gradient_steps': a.gradient_steps,
+        'hidden_sizes': a.hidden,
+        'seconds': a.seconds,
+        'learning_starts': a.learning_starts,
+        'all_steps': tick_stats(dt, np.maximum(dt - 1.0 / a.rate, 0.0), a.rate),
+        'while_learning': tick_stats(learning, np.maximum(learning - 1.0 / a.rate, 0.0), a.rate),
+    }
+    _print_stats('sync SAC.learn(), while learning', doc['while_learning'])
+    return doc
+
+
+def bench_e2e(a: argparse.Namespace) -> dict[str, Any]:
+    """V4: the full fine-tune through the standalone runner; our rate and the learner's."""
+    from rip_control import finetune
+
+    workdir = Path(tempfile.mkdtemp(prefix='rip_e2e_'))
+    args = {
+        'rate': str(a.rate),
+        'episodes': str(a.episodes),
+        'episode_seconds': str(a.episode_seconds),
+        'gradient_steps': str(a.gradient_steps),
+        'run_name': 'e2e',
+        'runs_dir': str(workdir / 'runs'),
+    }
+    summary = finetune.run(args, stream_logs=False)
+    learner = summary.get('learner', {})
+    doc = {
+        'benchmark': 'e2e',
+        'args': args,
+        'control_node': summary.get('ticks', {}),
+        'episode_returns': summary.get('episode_returns'),
+        'policy_versions': summary.get('policy_versions'),
+        'learner': learner,
+        'learner_updates_per_train_second': (
+            float(learner['gradient_steps_done']) / float(learner['train_seconds'])
+            if learner.get('train_seconds') not in (None, '0', '0.0')
+            else None
+        ),
+        'failure': summary.get('failure'),
+    }
+    _print_stats('fine-tune control node', doc['control_node'])
+    return doc
+
+
+def bench_learner_throughput(a: argparse.Namespace) -> dict[str, Any]:
+    """SB3 ``train()`` alone: updates/s per network size, batch and torch threads."""
+    rows = []
+    for hidden in a.hidden:
+        for threads in a.threads:
+            out = Path(tempfile.mkdtemp(prefix='rip_thr_')) / 'r.json'
+            cmd = [
+                sys.executable,
+                '-m',
+                'rip_learner.train_load',
+                '--hidden',
+                hidden,
+                '--threads',
+                str(threads),
+                '--batch',
+                str(a.batch),
+                '--seconds',
+                str(a.seconds),
+                '--prefill',
+                '5000',
+                '--json',
+                str(out),
+            ]
+            subprocess.run(cmd, env=child_env(), check=True, stdout=subprocess.DEVNULL)
+            row = json.loads(out.read_text())
+            rows.append(row)
+            print(
+                f'nets [{hidden}] batch {a.batch} torch threads {threads}: '
+                f'{row["updates_per_s"]:.0f} updates/s',
+                flush=True,
+            )
+    return {'benchmark': 'learner-throughput', 'sb3_train_alone': rows}
 
 
 def _stop_process(proc: subprocess.Popen[str]) -> None:
@@ -322,9 +458,35 @@ def main(argv: list[str] | None = None) -> int:
         help='extra control node parameter (e.g. fifo_priority:=0)',
     )
     t.add_argument('--json', default='')
+    y = sub.add_parser('sync-baseline', help='SB3 SAC.learn() with a self-paced env')
+    y.add_argument('--rate', type=float, default=50.0)
+    y.add_argument('--gradient-steps', type=int, default=4)
+    y.add_argument('--seconds', type=float, default=60.0)
+    y.add_argument('--learning-starts', type=int, default=256)
+    y.add_argument('--hidden', default='64,64')
+    y.add_argument('--max-action-v', type=float, default=8.0)
+    y.add_argument('--json', default='')
+    e = sub.add_parser('e2e', help='V4: the whole fine-tune, timed')
+    e.add_argument('--rate', type=float, default=50.0)
+    e.add_argument('--episodes', type=int, default=10)
+    e.add_argument('--episode-seconds', type=float, default=6.0)
+    e.add_argument('--gradient-steps', type=int, default=4)
+    e.add_argument('--json', default='')
+    th = sub.add_parser('learner-throughput', help='SB3 train() updates/s by configuration')
+    th.add_argument('--hidden', nargs='+', default=['256,256', '128,128', '64,64'])
+    th.add_argument('--threads', nargs='+', type=int, default=[1, 2])
+    th.add_argument('--batch', type=int, default=256)
+    th.add_argument('--seconds', type=float, default=15.0)
+    th.add_argument('--json', default='')
     a = ap.parse_args(argv)
-    if a.bench == 'timing':
-        _write_json(a.json, bench_timing(a))
+    ensure_loopback_dds()
+    runners = {
+        'timing': bench_timing,
+        'sync-baseline': bench_sync_baseline,
+        'e2e': bench_e2e,
+        'learner-throughput': bench_learner_throughput,
+    }
+    _write_json(a.json, runners[a.bench](a))
     return 0
 
 

@@ -239,7 +239,8 @@ def run(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
         rclpy.try_shutdown()
     for label, code in codes.items():
         if code not in (0, -signal.SIGINT) and not failure:
-            failure = f'{label} exited with status {code}'
+            child = next(c for c in children if c.spec.label == label)
+            failure = f'{label} exited with status {code}: ' + ' | '.join(child.tail[-3:])
     summary = _summarise(run_dir, monitor, values, resumed, time.monotonic() - started)
     summary.update(failure=failure, interrupted=interrupted, exit_codes=codes)
     tmp = run_dir / 'summary.json.tmp'

@@ -23,7 +23,7 @@ from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 from rip_control.control_node import TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.env import ACTION_SIZE, OBS_SIZE, RealRotaryInvertedPendulumEnv, TaskConfig
 from rip_control.policy import PolicyRejected, PolicySnapshot, decode_actor, random_actor
-from rip_control.rig_client import LowLevelClient
+from rip_control.rig_client import LowLevelClient, RigError
 from rip_control.transitions import Transition
 
 
@@ -39,6 +39,7 @@ def run(port: str, rate_hz: float, seconds: float, max_action_v: float) -> dict:
     pub = node.create_publisher(Float32MultiArray, 'transitions', TRANSITIONS_QOS)
     rng = np.random.default_rng(0)
     times: list[float] = []
+    serial_errors: list[str] = []
     state: dict = {'obs': None, 'in_episode': False, 'last_action': np.zeros(1, np.float32)}
 
     def on_weights(msg: UInt8MultiArray) -> None:
@@ -56,6 +57,14 @@ def run(port: str, rate_hz: float, seconds: float, max_action_v: float) -> dict:
 
     def on_tick() -> None:
         times.append(time.monotonic())
+        try:
+            _tick()
+        except RigError as exc:  # counted; the measurement goes on
+            serial_errors.append(str(exc))
+            state['in_episode'] = False
+            env.begin_reset()
+
+    def _tick() -> None:
         if not state['in_episode']:
             done, _ = env.reset_step()
             state['in_episode'], state['obs'] = done, None
@@ -100,7 +109,7 @@ def run(port: str, rate_hz: float, seconds: float, max_action_v: float) -> dict:
         client.close()
         node.destroy_node()
         rclpy.try_shutdown()
-    return {'tick_times_s': times}
+    return {'tick_times_s': times, 'serial_errors': len(serial_errors)}
 
 
 def main(argv: list[str] | None = None) -> int:

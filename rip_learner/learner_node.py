@@ -331,7 +331,7 @@ class LearnerNode(Node):
         s = self.settings
         try:
             self._publish_weights()
-            while not self._stop.is_set():
+            while not self._stop.is_set() and self.context.ok():
                 self._drain_inbox()
                 due = s.gradient_steps * self.added_after_start - self.updates
                 if due > 0 and self.buffer_size >= max(1, s.learning_starts):
@@ -354,6 +354,8 @@ class LearnerNode(Node):
                 if now - self.last_save_s >= s.checkpoint_every_s:
                     self.checkpoint()
         except Exception as exc:  # noqa: BLE001 - reported, and the process exits non-zero
+            if not self.context.ok():
+                return  # shutting down (SIGINT/SIGTERM): the final save happens in main()
             self.get_logger().fatal(f'training thread failed: {type(exc).__name__}: {exc}')
             self.failed = exc
             rclpy.try_shutdown(context=self.context)

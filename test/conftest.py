@@ -141,3 +141,47 @@ def control_rig(ros_node, start_emulator, tmp_path):
             except subprocess.TimeoutExpired:
                 rig.proc.kill()
                 rig.proc.wait()
+
+
+@pytest.fixture
+def learner_process(tmp_path):
+    """Factory: ``rip_learner.learner_node`` in its own process; all stopped at teardown."""
+    import subprocess
+
+    from rip_control.emulator_process import child_env
+    from rip_control.launching import ProcessSpec
+
+    procs = []
+
+    def _start(**params):
+        name = f'rip_learner_{os.getpid()}_{next(_rig_counter)}'
+        defaults = {
+            'rate_hz': 50.0,
+            'learning_starts': 32,
+            'batch_size': 32,
+            'run_name': 'learner',
+            'runs_dir': str(tmp_path / 'runs'),
+            'checkpoint_every_s': 3600.0,
+            'nice': 0,
+        }
+        defaults.update(params)
+        spec = ProcessSpec('learner', 'learner_node', name, params=defaults)
+        proc = subprocess.Popen(
+            spec.command(),
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        procs.append(proc)
+        return proc, name
+
+    yield _start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()

@@ -1,0 +1,151 @@
+"""The whole fine-tune with real processes: V4 (short), resume, and a learner killed mid-run."""
+
+import json
+from pathlib import Path
+import signal
+import subprocess
+import sys
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray
+import pytest
+import rclpy
+import yaml
+
+from rip_control.emulator_process import child_env
+from rip_control.env import ACTION_SIZE, OBS_SIZE
+from rip_learner import buffer_store
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _params_file(tmp_path):
+    doc = yaml.safe_load((REPO / 'config' / 'finetune.yaml').read_text())
+    doc['rip_learner']['ros__parameters'].update(
+        learning_starts=32, batch_size=32, publish_every_steps=20, publish_every_s=0.5
+    )
+    path = tmp_path / 'params.yaml'
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _finetune(tmp_path, *extra):
+    cmd = [
+        sys.executable,
+        '-m',
+        'rip_control.finetune',
+        '--quiet',
+        'episodes:=3',
+        'episode_seconds:=2.0',
+        'run_name:=v4',
+        f'runs_dir:={tmp_path / "runs"}',
+        f'params_file:={_params_file(tmp_path)}',
+        'resume_buffer:=auto',
+        *extra,
+    ]
+    proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=300)
+    summary_path = tmp_path / 'runs' / 'v4' / 'summary.json'
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    return proc, summary
+
+
+def test_v4_short_finetune_holds_rate_learns_and_resumes(tmp_path):
+    proc, s = _finetune(tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert s['episodes'] == 3 and s['resumed_buffer'] is None
+    ticks = s['ticks']
+    assert abs(ticks['measured_rate_hz'] - 50.0) <= 0.05  # within 0.1 %
+    assert ticks['n_violations'] == 0
+    assert int(s['learner']['train_calls']) > 0
+    versions = s['policy_versions']
+    assert versions == sorted(versions) and versions[-1] > versions[0]
+    run = tmp_path / 'runs' / 'v4'
+    for name in (
+        'timing.csv',
+        'tick_dt_hist.png',
+        'episode_returns.png',
+        'policy_latest.safetensors',
+    ):
+        assert (run / name).exists(), name
+    _, meta = buffer_store.load(
+        run / 'replay_buffer.safetensors', rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+    )
+    assert meta.count > 0
+    assert '== summary ==' in proc.stdout
+    # A second run resumes the first one's buffer and says so.
+    proc2, s2 = _finetune(tmp_path)
+    assert proc2.returncode == 0, proc2.stdout[-3000:] + proc2.stderr[-3000:]
+    assert s2['resumed_buffer'] and 'resumed from' in proc2.stdout
+    _, meta2 = buffer_store.load(
+        run / 'replay_buffer.safetensors', rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+    )
+    assert meta2.count > meta.count
+
+
+def test_finetune_refuses_bad_arguments_clearly(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, '-m', 'rip_control.finetune', 'rat:=50'],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "'rat'" in proc.stderr
+
+
+class _ControlDiag:
+    def __init__(self, node, name):
+        self.values = []
+        self.sub = node.create_subscription(DiagnosticArray, '/diagnostics', self._on, 10)
+        self.name = name
+
+    def _on(self, msg):
+        for st in msg.status:
+            if st.name.startswith(self.name + ':'):
+                self.values.append({kv.key: kv.value for kv in st.values})
+
+
+def _spin_until(node, cond, timeout_s):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end and not cond():
+        rclpy.spin_once(node, timeout_sec=0.05)
+    return cond()
+
+
+def test_learner_killed_mid_run_control_keeps_rate_then_a_restarted_learner_is_used(
+    control_rig, learner_process, ros_node, tmp_path
+):
+    rig = control_rig(episode_seconds=2.0)
+    diag = _ControlDiag(ros_node, rig.name)
+    proc, _ = learner_process(checkpoint_every_s=1.0, publish_every_s=0.3, publish_every_steps=10)
+    assert rig.driver.change('configure') and rig.driver.change('activate')
+    got_weights = _spin_until(
+        ros_node, lambda: diag.values and int(diag.values[-1].get('policy_version', 0)) >= 2, 60
+    )
+    assert got_weights, diag.values[-1:]
+    ckpt = tmp_path / 'runs' / 'learner' / 'replay_buffer.safetensors'
+    assert _spin_until(ros_node, ckpt.exists, 20)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    killed_at = len(diag.values)
+    _spin_until(ros_node, lambda: len(diag.values) >= killed_at + 4, 10)
+    after = diag.values[killed_at + 1 :]
+    assert after, 'no diagnostics after the kill'
+    for d in after:
+        assert d['lifecycle_state'] == 'active'
+        assert abs(float(d['tick_rate_hz']) - 50.0) < 1.0
+        assert d['violations'] == '0'
+    assert rig.engaged_now()  # still under control, on the last policy
+    version_before = int(after[-1]['policy_version'])
+    # A restarted learner resumes from its checkpoint and its weights are used again.
+    proc2, _ = learner_process(
+        resume_buffer=str(ckpt), publish_every_s=0.3, publish_every_steps=10
+    )
+    assert _spin_until(
+        ros_node, lambda: int(diag.values[-1]['policy_version']) > version_before, 60
+    ), diag.values[-1]
+    t0 = time.monotonic()
+    assert rig.driver.change('deactivate')
+    assert rig.wait_disengaged_after(t0) is not None
+    ros_node.destroy_subscription(diag.sub)

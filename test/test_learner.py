@@ -1,0 +1,195 @@
+"""The learner node in its own process over DDS: checks, weights, persistence, refusals."""
+
+import signal
+import subprocess
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray
+import numpy as np
+import pytest
+import rclpy
+from std_msgs.msg import Float32MultiArray, MultiArrayDimension, UInt8MultiArray
+
+from rip_control.control_node import TRANSITIONS_QOS, WEIGHTS_QOS
+from rip_control.emulator_process import child_env
+from rip_control.env import ACTION_SIZE, OBS_SIZE
+from rip_control.launching import ProcessSpec
+from rip_control.policy import decode_actor
+from rip_control.transitions import Transition, field_layout
+from rip_learner import buffer_store
+from rip_learner.buffer_store import BufferMeta
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+_count = iter(range(10**6))
+
+
+def start_learner(tmp_path, **params):
+    name = f'rip_learner_t{next(_count)}_{time.monotonic_ns() % 10**6}'
+    defaults = {
+        'rate_hz': 50.0,
+        'learning_starts': 32,
+        'batch_size': 32,
+        'run_name': 'r',
+        'runs_dir': str(tmp_path / 'runs'),
+        'checkpoint_every_s': 3600.0,
+        'nice': 0,
+    }
+    defaults.update(params)
+    spec = ProcessSpec('learner', 'learner_node', name, params=defaults)
+    proc = subprocess.Popen(
+        spec.command(),
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    return proc, name
+
+
+def _stop(proc, sig=signal.SIGINT):
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    return proc.returncode, out
+
+
+def _msg(t, labels=None):
+    msg = Float32MultiArray()
+    msg.layout.dim = [
+        MultiArrayDimension(label=lbl, size=n, stride=n)
+        for lbl, n in (labels or field_layout(OBS_SIZE, ACTION_SIZE))
+    ]
+    msg.data = t.pack().tolist()
+    return msg
+
+
+def _transition(i, dt=0.02, reward=0.0):
+    rng = np.random.default_rng(i)
+    return Transition(
+        episode=0,
+        step=i,
+        obs=rng.standard_normal(OBS_SIZE).astype(np.float32),
+        action=rng.uniform(-1, 1, ACTION_SIZE).astype(np.float32),
+        reward=reward,
+        next_obs=rng.standard_normal(OBS_SIZE).astype(np.float32),
+        terminated=False,
+        truncated=(i % 50 == 49),
+        dt_s=dt,
+        policy_version=1,
+    )
+
+
+def _wait(node, cond, timeout_s):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if cond():
+            return True
+        rclpy.spin_once(node, timeout_sec=0.05)
+    return cond()
+
+
+def test_learner_checks_transitions_trains_publishes_and_saves_on_sigint(ros_node, tmp_path):
+    proc, name = start_learner(tmp_path)
+    weights, diags = [], []
+    ws = ros_node.create_subscription(
+        UInt8MultiArray, 'policy_weights', lambda m: weights.append(bytes(m.data)), WEIGHTS_QOS
+    )
+    ds = ros_node.create_subscription(
+        DiagnosticArray,
+        '/diagnostics',
+        lambda m: diags.extend(
+            {kv.key: kv.value for kv in s.values} for s in m.status if s.name.startswith(name)
+        ),
+        10,
+    )
+    pub = ros_node.create_publisher(Float32MultiArray, 'transitions', TRANSITIONS_QOS)
+    try:
+        assert _wait(ros_node, lambda: pub.get_subscription_count() > 0 and weights, 60)
+        first = decode_actor(weights[0], rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+        assert first.version >= 1  # published once at start
+        for i in range(100):
+            pub.publish(_msg(_transition(i)))
+        bad_nan = _transition(1000, reward=float('nan'))
+        pub.publish(_msg(bad_nan))
+        pub.publish(_msg(_transition(1001, dt=0.035)))  # a stretched tick
+        pub.publish(_msg(_transition(1002, dt=0.01)))  # a 100 Hz transition
+        wrong = list(field_layout(OBS_SIZE, ACTION_SIZE))
+        wrong[2] = ('observation', OBS_SIZE)
+        pub.publish(_msg(_transition(1003), labels=wrong))
+
+        def done():
+            return (
+                diags
+                and int(diags[-1]['transitions_rejected']) == 4
+                and int(diags[-1]['gradient_steps_done']) > 0
+            )
+
+        assert _wait(ros_node, done, 30), diags[-1:] or 'no diagnostics'
+        d = diags[-1]
+        assert d['rejected_non_finite'] == '1'
+        assert d['rejected_dt'] == '2'
+        assert d['rejected_layout'] == '1'
+        assert int(d['buffer_size']) == 100
+        assert _wait(ros_node, lambda: len(weights) > 1, 20)
+        versions = [
+            decode_actor(w, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE).version
+            for w in weights
+        ]
+        assert versions == sorted(versions) and versions[-1] > versions[0]
+    finally:
+        code, out = _stop(proc)
+        for sub in (ws, ds):
+            ros_node.destroy_subscription(sub)
+        ros_node.destroy_publisher(pub)
+    assert code == 0, out
+    arrays, meta = buffer_store.load(
+        tmp_path / 'runs' / 'r' / 'replay_buffer.safetensors',
+        rate_hz=50.0,
+        obs_size=OBS_SIZE,
+        action_size=ACTION_SIZE,
+    )
+    assert meta.count == 100 and meta.rate_hz == 50.0
+    assert arrays['timeouts'].sum() == 2  # steps 49 and 99 were truncations, kept apart
+    assert (tmp_path / 'runs' / 'r' / 'policy_latest.safetensors').exists()
+
+
+def test_learner_refuses_a_buffer_from_another_rate_naming_both(tmp_path):
+    path = tmp_path / 'b100.safetensors'
+    arrays = {
+        'observations': np.zeros((10, OBS_SIZE), np.float32),
+        'next_observations': np.zeros((10, OBS_SIZE), np.float32),
+        'actions': np.zeros((10, ACTION_SIZE), np.float32),
+        'rewards': np.zeros(10, np.float32),
+        'dones': np.zeros(10, np.float32),
+        'timeouts': np.zeros(10, np.float32),
+    }
+    buffer_store.save(path, arrays, BufferMeta(100.0, OBS_SIZE, ACTION_SIZE, 10))
+    before = path.read_bytes()
+    proc, _ = start_learner(tmp_path, resume_buffer=str(path))
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert '100 Hz' in out and '50 Hz' in out
+    assert path.read_bytes() == before
+    assert not (tmp_path / 'runs' / 'r' / 'replay_buffer.safetensors').exists()
+
+
+def test_learner_refuses_a_corrupt_buffer_and_overwrites_nothing(tmp_path):
+    run_dir = tmp_path / 'runs' / 'r'
+    run_dir.mkdir(parents=True)
+    path = run_dir / 'replay_buffer.safetensors'
+    arrays = {
+        'observations': np.ones((10, OBS_SIZE), np.float32),
+        'next_observations': np.ones((10, OBS_SIZE), np.float32),
+        'actions': np.zeros((10, ACTION_SIZE), np.float32),
+        'rewards': np.zeros(10, np.float32),
+        'dones': np.zeros(10, np.float32),
+        'timeouts': np.zeros(10, np.float32),
+    }
+    buffer_store.save(path, arrays, BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, 10))
+    data = bytearray(path.read_bytes())
+    data[-7] ^= 0xFF
+    path.write_bytes(bytes(data))
+    proc, _ = start_learner(tmp_path, resume_buffer=str(path))
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert 'checksum' in out and str(path) in out
+    assert path.read_bytes() == bytes(data)  # the user's file is left as it was

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate the timing benchmark results committed under bench/results/ (about 15 minutes).
+# Regenerate the timing benchmark results committed under bench/results/ (about 12 minutes).
 # Run on an otherwise idle machine: `bash bench/run_timing.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,8 +12,8 @@ for rate in 50 100 500; do
   $B --rate "$rate" --seconds 60 --load sac --json "bench/results/timing_${rate}hz_sac.json"
 done
 # V1 (no load) and V2 (a busy process per core), 50 Hz, weights at 10 Hz throughout
-$B --rate 50 --seconds 60 --load none --json bench/results/timing_50hz_none.json
-$B --rate 50 --seconds 60 --load hog --json bench/results/timing_50hz_hog.json
+$B --rate 50 --seconds 30 --load none --json bench/results/timing_50hz_none.json
+$B --rate 50 --seconds 30 --load hog --json bench/results/timing_50hz_hog.json
 # What the tuning buys: 100 Hz under SAC load without SCHED_FIFO, and without GIL/GC tuning,
 # and the measured-worse option of raising the process's other threads to SCHED_FIFO 10
 $PY -m rip_control.bench timing --rate 100 --seconds 30 --load sac \

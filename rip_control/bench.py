@@ -92,9 +92,10 @@ class _Load:
                     subprocess.Popen([sys.executable, '-c', 'while True: pass'], text=True)
                 )
         elif self.kind == 'sac':
-            # Placed as the learner node places itself: nice +10, off the control CPU.
+            # Plain SB3 train() in another process: normal priority, no pinning (the
+            # learner node itself runs at nice +10, a kinder neighbour than this load).
             cmd = [sys.executable, '-m', 'rip_learner.train_load', '--json', str(self.json_path)]
-            cmd += ['--nice', '10', '--avoid-cpu', str(max(os.sched_getaffinity(0)))]
+            cmd += ['--nice', '0']
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=child_env())
             self.procs.append(proc)
             assert proc.stdout is not None

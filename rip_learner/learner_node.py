@@ -108,7 +108,7 @@ PARAMETERS: tuple[tuple[str, Any, str, Any], ...] = (
     ('publish_every_s', 2.0, '... or this often while training', _fp(0.01, 3600.0)),
     ('checkpoint_every_s', 30.0, 'save buffer and checkpoint this often', _fp(1.0, 86400.0)),
     ('nice', 10, 'niceness added to this process (the control loop has priority)', _ir(0, 19)),
-    ('cpus', [-1], 'CPUs for this process ([-1]: all but the control CPU)', None),
+    ('cpus', [-1], 'pin this process to these CPUs ([-1]: no pinning)', None),
     ('seed', 0, 'SAC seed', None),
 )
 
@@ -206,11 +206,10 @@ class LearnerNode(Node):
         if s.nice:
             os.nice(s.nice)
             notes.append(f'nice +{s.nice}')
-        cpus = set(s.cpus)
-        if cpus == {-1}:
-            allowed = os.sched_getaffinity(0)
-            # The control node pins to the last CPU; leave it to the control thread.
-            cpus = allowed - {max(allowed)} if len(allowed) > 1 else allowed
+        # Measured on 2 cores: pinning the learner off the control CPU crowds the control
+        # process's other threads (and the emulator) onto the control CPU and made tick
+        # jitter worse (p99 1.3 ms vs 0.01 ms), so the default leaves placement to the kernel.
+        cpus = {c for c in s.cpus if c >= 0}
         if cpus and cpus != os.sched_getaffinity(0):
             try:
                 os.sched_setaffinity(0, cpus)

@@ -1,7 +1,6 @@
 """The learner node in its own process over DDS: checks, weights, persistence, refusals."""
 
 import signal
-import subprocess
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray
@@ -11,39 +10,13 @@ import rclpy
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension, UInt8MultiArray
 
 from rip_control.control_node import TRANSITIONS_QOS, WEIGHTS_QOS
-from rip_control.emulator_process import child_env
 from rip_control.env import ACTION_SIZE, OBS_SIZE
-from rip_control.launching import ProcessSpec
 from rip_control.policy import decode_actor
 from rip_control.transitions import Transition, field_layout
 from rip_learner import buffer_store
 from rip_learner.buffer_store import BufferMeta
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
-_count = iter(range(10**6))
-
-
-def start_learner(tmp_path, **params):
-    name = f'rip_learner_t{next(_count)}_{time.monotonic_ns() % 10**6}'
-    defaults = {
-        'rate_hz': 50.0,
-        'learning_starts': 32,
-        'batch_size': 32,
-        'run_name': 'r',
-        'runs_dir': str(tmp_path / 'runs'),
-        'checkpoint_every_s': 3600.0,
-        'nice': 0,
-    }
-    defaults.update(params)
-    spec = ProcessSpec('learner', 'learner_node', name, params=defaults)
-    proc = subprocess.Popen(
-        spec.command(),
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    return proc, name
 
 
 def _stop(proc, sig=signal.SIGINT):
@@ -78,6 +51,17 @@ def _transition(i, dt=0.02, reward=0.0):
     )
 
 
+def _zeros(n, fill=0.0):
+    return {
+        'observations': np.full((n, OBS_SIZE), fill, np.float32),
+        'next_observations': np.full((n, OBS_SIZE), fill, np.float32),
+        'actions': np.zeros((n, ACTION_SIZE), np.float32),
+        'rewards': np.zeros(n, np.float32),
+        'dones': np.zeros(n, np.float32),
+        'timeouts': np.zeros(n, np.float32),
+    }
+
+
 def _wait(node, cond, timeout_s):
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
@@ -87,8 +71,10 @@ def _wait(node, cond, timeout_s):
     return cond()
 
 
-def test_learner_checks_transitions_trains_publishes_and_saves_on_sigint(ros_node, tmp_path):
-    proc, name = start_learner(tmp_path)
+def test_learner_checks_transitions_trains_publishes_and_saves_on_sigint(
+    ros_node, tmp_path, learner_process
+):
+    proc, name = learner_process(run_name='r')
     weights, diags = [], []
     ws = ros_node.create_subscription(
         UInt8MultiArray, 'policy_weights', lambda m: weights.append(bytes(m.data)), WEIGHTS_QOS
@@ -152,19 +138,12 @@ def test_learner_checks_transitions_trains_publishes_and_saves_on_sigint(ros_nod
     assert (tmp_path / 'runs' / 'r' / 'policy_latest.safetensors').exists()
 
 
-def test_learner_refuses_a_buffer_from_another_rate_naming_both(tmp_path):
+def test_learner_refuses_a_buffer_from_another_rate_naming_both(tmp_path, learner_process):
     path = tmp_path / 'b100.safetensors'
-    arrays = {
-        'observations': np.zeros((10, OBS_SIZE), np.float32),
-        'next_observations': np.zeros((10, OBS_SIZE), np.float32),
-        'actions': np.zeros((10, ACTION_SIZE), np.float32),
-        'rewards': np.zeros(10, np.float32),
-        'dones': np.zeros(10, np.float32),
-        'timeouts': np.zeros(10, np.float32),
-    }
+    arrays = _zeros(10)
     buffer_store.save(path, arrays, BufferMeta(100.0, OBS_SIZE, ACTION_SIZE, 10))
     before = path.read_bytes()
-    proc, _ = start_learner(tmp_path, resume_buffer=str(path))
+    proc, _ = learner_process(run_name='r', resume_buffer=str(path))
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert '100 Hz' in out and '50 Hz' in out
@@ -172,23 +151,16 @@ def test_learner_refuses_a_buffer_from_another_rate_naming_both(tmp_path):
     assert not (tmp_path / 'runs' / 'r' / 'replay_buffer.safetensors').exists()
 
 
-def test_learner_refuses_a_corrupt_buffer_and_overwrites_nothing(tmp_path):
+def test_learner_refuses_a_corrupt_buffer_and_overwrites_nothing(tmp_path, learner_process):
     run_dir = tmp_path / 'runs' / 'r'
     run_dir.mkdir(parents=True)
     path = run_dir / 'replay_buffer.safetensors'
-    arrays = {
-        'observations': np.ones((10, OBS_SIZE), np.float32),
-        'next_observations': np.ones((10, OBS_SIZE), np.float32),
-        'actions': np.zeros((10, ACTION_SIZE), np.float32),
-        'rewards': np.zeros(10, np.float32),
-        'dones': np.zeros(10, np.float32),
-        'timeouts': np.zeros(10, np.float32),
-    }
+    arrays = _zeros(10, fill=1.0)
     buffer_store.save(path, arrays, BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, 10))
     data = bytearray(path.read_bytes())
     data[-7] ^= 0xFF
     path.write_bytes(bytes(data))
-    proc, _ = start_learner(tmp_path, resume_buffer=str(path))
+    proc, _ = learner_process(run_name='r', resume_buffer=str(path))
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert 'checksum' in out and str(path) in out

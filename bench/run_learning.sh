@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Regenerate the learning-side benchmarks under bench/results/ (about 4 minutes):
+# V4 end to end, the synchronous SB3 learn() baseline, and SB3 train() throughput.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+export ROS_AUTOMATIC_DISCOVERY_RANGE=${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}
+export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( ($$ % 100) + 100 ))}
+export PYTHONPATH=$PWD
+$PY -m rip_control.bench e2e --rate 50 --episodes 10 --episode-seconds 6 --gradient-steps 4 \
+  --json bench/results/v4_e2e_50hz.json
+$PY -m rip_control.bench sync-baseline --rate 50 --gradient-steps 4 --seconds 40 \
+  --json bench/results/sync_baseline_50hz_k4.json
+$PY -m rip_control.bench learner-throughput --seconds 10 --json bench/results/learner_throughput.json

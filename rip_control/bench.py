@@ -283,10 +283,11 @@ def bench_sync_baseline(a: argparse.Namespace) -> dict[str, Any]:
     from stable_baselines3.common.callbacks import BaseCallback
 
     from rip_control.env import RealRotaryInvertedPendulumEnv, TaskConfig
-    from rip_control.rig_client import LowLevelClient
+    from rip_control.rig_client import LowLevelClient, RigError
 
     workdir = Path(tempfile.mkdtemp(prefix='rip_sync_'))
     dts: list[float] = []
+    stopped_by = ''
 
     class _Stop(BaseCallback):
         def __init__(self, seconds: float) -> None:
@@ -324,7 +325,11 @@ def bench_sync_baseline(a: argparse.Namespace) -> dict[str, Any]:
                 f'{a.seconds:g} s ...',
                 flush=True,
             )
-            model.learn(total_timesteps=10**9, callback=_Stop(a.seconds))
+            try:
+                model.learn(total_timesteps=10**9, callback=_Stop(a.seconds))
+            except RigError as exc:  # e.g. the firmware deadman tripped on a stretched step
+                stopped_by = f'{type(exc).__name__}: {exc}'
+                print(f'SAC.learn() stopped by the rig: {stopped_by}', flush=True)
         finally:
             env.disengage_safely()
             client.close()
@@ -337,6 +342,7 @@ def bench_sync_baseline(a: argparse.Namespace) -> dict[str, Any]:
         'hidden_sizes': a.hidden,
         'seconds': a.seconds,
         'learning_starts': a.learning_starts,
+        'stopped_by': stopped_by,
         'all_steps': tick_stats(dt, np.maximum(dt - 1.0 / a.rate, 0.0), a.rate),
         'while_learning': tick_stats(learning, np.maximum(learning - 1.0 / a.rate, 0.0), a.rate),
     }

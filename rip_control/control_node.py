@@ -814,8 +814,11 @@ def main(args: list[str] | None = None) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except BaseException as exc:  # noqa: BLE001
-        node.get_logger().fatal(f'executor failed: {exc!r}')
-        code = 1
+        # A callback racing the signal's context shutdown (a publish on a dead context) is
+        # part of a normal stop; anything while the context is alive is a failure.
+        if node.context.ok():
+            node.get_logger().fatal(f'executor failed: {exc!r}')
+            code = 1
     finally:
         node.emergency_stop()
         node._release()

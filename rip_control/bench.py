@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from rip_control.emulator_process import EmulatorProcess, child_env
-from rip_control.launching import ProcessSpec, ensure_loopback_dds
+from rip_control.emulator_process import EmulatorProcess, child_env, stop_process
+from rip_control.launching import ProcessSpec, ensure_loopback_dds, parse_value
 
 
 def tick_stats(
@@ -191,7 +191,7 @@ def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
     }
     for item in a.node_param:
         key, _, value = item.partition(':=')
-        params[key] = json.loads(value) if value[:1] in '[0123456789-tf' else value
+        params[key] = parse_value(value)
     doc: dict[str, Any] = {
         'benchmark': 'timing',
         'load': a.load,
@@ -213,7 +213,7 @@ def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
         weights = _WeightsSource(node, rate, (64, 64))
         spec = ProcessSpec('control', 'control_node', node_name, params=params)
         proc = subprocess.Popen(spec.command(), env=child_env(), text=True)
-        stack.callback(_stop_process, proc)
+        stack.callback(stop_process, proc)
         driver = LifecycleDriver(node, spec.fqn)
         if not driver.wait_for_services(20.0):
             raise RuntimeError('the control node never offered its lifecycle services')
@@ -225,7 +225,7 @@ def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
         state = driver.state()
         if state == 'active':
             driver.change('deactivate')
-        _stop_process(proc)
+        stop_process(proc)
         with np.load(trace, allow_pickle=False) as z:
             dt, overrun = z['dt_s'][1:], z['overrun_s'][1:]  # the first dt is from the anchor
             ours = tick_stats(dt, overrun, rate)
@@ -257,7 +257,7 @@ def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
                 env=child_env(),
                 text=True,
             )
-            stack.callback(_stop_process, base_proc)
+            stack.callback(stop_process, base_proc)
             deadline = time.monotonic() + a.seconds + 60.0
             while base_proc.poll() is None and time.monotonic() < deadline:
                 _spin_for(node, 0.1, every, weights.publish)
@@ -415,18 +415,6 @@ def bench_learner_throughput(a: argparse.Namespace) -> dict[str, Any]:
                 flush=True,
             )
     return {'benchmark': 'learner-throughput', 'sb3_train_alone': rows}
-
-
-def _stop_process(proc: subprocess.Popen[str]) -> None:
-    import signal
-
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:

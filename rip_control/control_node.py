@@ -33,10 +33,9 @@ from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import (
     DurabilityPolicy,
@@ -58,6 +57,7 @@ from rip_control.control_loop import (
     TickSample,
 )
 from rip_control.env import ACTION_SIZE, OBS_SIZE, RealRotaryInvertedPendulumEnv, TaskConfig
+from rip_control.node_params import Param, declare, spin_until_shutdown
 from rip_control.outbox import Outbox
 from rip_control.policy import (
     NumpyActor,
@@ -66,7 +66,6 @@ from rip_control.policy import (
     decode_actor,
     load_actor_file,
     random_actor,
-    read_metadata,
 )
 from rip_control.realtime import is_fifo, lock_memory, pin_to_cpu, set_fifo
 from rip_control.rig_client import LowLevelClient, RigError
@@ -122,12 +121,47 @@ class NodeSettings:
     gc_off: bool
 
 
-def _fp(lo: float, hi: float) -> list[FloatingPointRange]:
-    return [FloatingPointRange(from_value=lo, to_value=hi, step=0.0)]
-
-
-def _ir(lo: int, hi: int) -> list[IntegerRange]:
-    return [IntegerRange(from_value=lo, to_value=hi, step=1)]
+PARAMETERS = (
+    Param('rate_hz', 50.0, 'control rate, Hz', 1.0, 1000.0),
+    Param('serial_port', '', 'rig serial device'),
+    Param('serial_timeout_ms', 10.0, 'bound on one serial transaction', 0.5, 500.0),
+    Param('timing_violation_threshold_ms', 5.0, 'overrun that counts as a strike', 0.1, 1000.0),
+    Param('max_strikes', 3, 'consecutive strikes to trip', 1, 100),
+    Param(
+        'hung_timeout_ms', 100.0, 'silence before the hung-loop watchdog disengages', 5.0, 10000.0
+    ),
+    Param('max_serial_errors', 3, 'consecutive failed ticks', 1, 100),
+    Param('episode_seconds', 6.0, 'policy time per episode, s', 0.02, 3600.0),
+    Param('episodes', 0, 'stop after this many episodes (0: unlimited)', 0, 1_000_000),
+    Param('max_action_v', 8.0, 'volts at action +/-1', 0.1, 24.0),
+    Param('arm_limit_rad', 1.6, 'episode ends beyond this arm angle', 0.1, 3.14),
+    Param('policy', '', 'initial actor weights (.safetensors)'),
+    Param('allow_random_policy', False, 'activate with an untrained actor'),
+    Param('hidden_sizes', [64, 64], 'hidden layers of a random actor'),
+    Param('stochastic_actions', True, 'sample actions (exploration)'),
+    Param('run_name', 'default', 'outputs under runs/<run_name>'),
+    Param('runs_dir', 'runs', 'parent directory of runs'),
+    Param('control_cpu', -1, 'CPU for the control thread (-1: the last one)'),
+    Param('fifo_priority', 80, 'SCHED_FIFO priority of the control thread (0: off)', 0, 99),
+    Param(
+        'gil_holders_fifo_priority',
+        0,
+        'SCHED_FIFO priority of the other threads (executor, publisher, DDS), so a load cannot '
+        'preempt a thread holding the GIL the control thread needs (0: off; measured worse on '
+        '2 cores, see README)',
+        0,
+        98,
+    ),
+    Param('switch_interval_us', 500, 'Python GIL switch interval', 50, 5000),
+    Param('tick_topic_max_hz', 100.0, 'rate cap of the per-tick topic', 0.0, 10000.0),
+    Param('gc_off', True, 'freeze and disable the garbage collector while active'),
+    Param('tick_trace', '', 'benchmarks: write every tick dt/overrun to this .npz on deactivate'),
+    Param('seed', 0, 'exploration noise seed'),
+    Param(
+        'fault_tick_delay_ms', 0.0, 'FAULT INJECTION (tests only): stretch each tick by this long'
+    ),
+    Param('fault_after_ticks', 0, 'FAULT INJECTION: ticks before the stretch'),
+)
 
 
 class ControlNode(LifecycleNode):
@@ -135,7 +169,7 @@ class ControlNode(LifecycleNode):
 
     def __init__(self, node_name: str = 'rip_control', **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        self._declare_parameters()
+        declare(self, PARAMETERS)
         self._settings: NodeSettings | None = None
         self._client: LowLevelClient | None = None
         self._snapshot: PolicySnapshot | None = None
@@ -162,6 +196,7 @@ class ControlNode(LifecycleNode):
         self._control_fifo = False
         self._diag_prev: tuple[float, int] = (time.monotonic(), 0)
         self._trace: list[tuple[float, float]] = []
+        self._last_tick_pub = 0.0
         self._learner_stats = (0, 0.0)  # train calls, train seconds: from the weights metadata
         self._learner_at_episode = (0, 0.0)
         self._fault_guard = self.create_guard_condition(self._on_control_fault)
@@ -169,141 +204,6 @@ class ControlNode(LifecycleNode):
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
 
     # -- parameters ------------------------------------------------------------------------
-
-    def _declare_parameters(self) -> None:
-        d = ParameterDescriptor
-        self.declare_parameter(
-            'rate_hz',
-            50.0,
-            d(description='control rate, Hz', floating_point_range=_fp(1.0, 1000.0)),
-        )
-        self.declare_parameter('serial_port', '', d(description='rig serial device'))
-        self.declare_parameter(
-            'serial_timeout_ms',
-            10.0,
-            d(description='bound on one serial transaction', floating_point_range=_fp(0.5, 500.0)),
-        )
-        self.declare_parameter(
-            'timing_violation_threshold_ms',
-            5.0,
-            d(
-                description='overrun that counts as a strike',
-                floating_point_range=_fp(0.1, 1000.0),
-            ),
-        )
-        self.declare_parameter(
-            'max_strikes',
-            3,
-            d(description='consecutive strikes to trip', integer_range=_ir(1, 100)),
-        )
-        self.declare_parameter(
-            'hung_timeout_ms',
-            100.0,
-            d(
-                description='silence before the hung-loop watchdog disengages',
-                floating_point_range=_fp(5.0, 10000.0),
-            ),
-        )
-        self.declare_parameter(
-            'max_serial_errors',
-            3,
-            d(description='consecutive failed ticks', integer_range=_ir(1, 100)),
-        )
-        self.declare_parameter(
-            'episode_seconds',
-            6.0,
-            d(description='policy time per episode, s', floating_point_range=_fp(0.02, 3600.0)),
-        )
-        self.declare_parameter(
-            'episodes',
-            0,
-            d(
-                description='stop after this many episodes (0: unlimited)',
-                integer_range=_ir(0, 1_000_000),
-            ),
-        )
-        self.declare_parameter(
-            'max_action_v',
-            8.0,
-            d(description='volts at action +/-1', floating_point_range=_fp(0.1, 24.0)),
-        )
-        self.declare_parameter(
-            'arm_limit_rad',
-            1.6,
-            d(
-                description='episode ends beyond this arm angle',
-                floating_point_range=_fp(0.1, 3.14),
-            ),
-        )
-        self.declare_parameter('policy', '', d(description='initial actor weights (.safetensors)'))
-        self.declare_parameter(
-            'allow_random_policy', False, d(description='activate with an untrained actor')
-        )
-        self.declare_parameter(
-            'hidden_sizes', [64, 64], d(description='hidden layers of a random actor')
-        )
-        self.declare_parameter(
-            'stochastic_actions', True, d(description='sample actions (exploration)')
-        )
-        self.declare_parameter(
-            'run_name', 'default', d(description='outputs under runs/<run_name>')
-        )
-        self.declare_parameter('runs_dir', 'runs', d(description='parent directory of runs'))
-        self.declare_parameter(
-            'control_cpu', -1, d(description='CPU for the control thread (-1: the last one)')
-        )
-        self.declare_parameter(
-            'fifo_priority',
-            80,
-            d(
-                description='SCHED_FIFO priority of the control thread (0: off)',
-                integer_range=_ir(0, 99),
-            ),
-        )
-        self.declare_parameter(
-            'gil_holders_fifo_priority',
-            0,
-            d(
-                description=(
-                    'SCHED_FIFO priority of the other threads (executor, publisher, '
-                    'DDS), so a load cannot preempt a thread holding the GIL the control thread '
-                    'needs (0: off; measured worse on 2 cores, see README)'
-                ),
-                integer_range=_ir(0, 98),
-            ),
-        )
-        self.declare_parameter(
-            'switch_interval_us',
-            500,
-            d(description='Python GIL switch interval', integer_range=_ir(50, 5000)),
-        )
-        self.declare_parameter(
-            'tick_topic_max_hz',
-            100.0,
-            d(
-                description='rate cap of the per-tick topic',
-                floating_point_range=_fp(0.0, 10000.0),
-            ),
-        )
-        self.declare_parameter(
-            'gc_off',
-            True,
-            d(description='freeze and disable the garbage collector while active'),
-        )
-        self.declare_parameter(
-            'tick_trace',
-            '',
-            d(description='benchmarks: write every tick dt/overrun to this .npz on deactivate'),
-        )
-        self.declare_parameter('seed', 0, d(description='exploration noise seed'))
-        self.declare_parameter(
-            'fault_tick_delay_ms',
-            0.0,
-            d(description='FAULT INJECTION (tests only): stretch each tick by this long'),
-        )
-        self.declare_parameter(
-            'fault_after_ticks', 0, d(description='FAULT INJECTION: ticks before the stretch')
-        )
 
     def _read_settings(self) -> NodeSettings:
         p = self.get_parameter
@@ -617,19 +517,14 @@ class ControlNode(LifecycleNode):
             self._drain_outboxes()
 
     def _drain_outboxes(self, publish: bool = True) -> None:
+        """Empty the loop's outboxes: publish (or count as unsent), trace, write timing rows."""
         s = self._settings
         if s is None or not self._entities:
             return
-        if not publish:
-            while self._transitions_out.pop_from_non_rt() is not None:
-                self._transitions_unsent += 1
-            while (tick := self._ticks_out.pop_from_non_rt()) is not None:
-                if s.tick_trace:
-                    self._trace.append((tick.dt_s, tick.overrun_s))
-            while (ep := self._episodes_out.pop_from_non_rt()) is not None:
-                self._on_episode(ep, publish=False)
-            return
         while (t := self._transitions_out.pop_from_non_rt()) is not None:
+            if not publish:
+                self._transitions_unsent += 1
+                continue
             msg = Float32MultiArray()
             msg.layout.dim = self._layout_dims
             msg.data = t.pack().tolist()
@@ -637,18 +532,17 @@ class ControlNode(LifecycleNode):
             self._transitions_published += 1
         min_gap = 1.0 / s.tick_topic_max_hz if s.tick_topic_max_hz > 0 else math.inf
         now = time.monotonic()
-        tracing = bool(s.tick_trace)
         while (tick := self._ticks_out.pop_from_non_rt()) is not None:
-            if tracing:
+            if s.tick_trace:
                 self._trace.append((tick.dt_s, tick.overrun_s))
-            if now - getattr(self, '_last_tick_pub', 0.0) >= min_gap * 0.999:
+            if publish and now - self._last_tick_pub >= min_gap * 0.999:
                 self._last_tick_pub = now
                 msg64 = Float64MultiArray()
                 msg64.layout.dim = self._tick_dims
                 msg64.data = [tick.dt_s * 1e3, tick.overrun_s * 1e3]
                 self._tick_pub.publish(msg64)
         while (ep := self._episodes_out.pop_from_non_rt()) is not None:
-            self._on_episode(ep)
+            self._on_episode(ep, publish=publish)
 
     def _on_episode(self, ep: EpisodeSummary, publish: bool = True) -> None:
         self._last_episode = ep
@@ -713,7 +607,7 @@ class ControlNode(LifecycleNode):
                 min_version=snapshot.version,
             )
             snapshot.write_from_non_rt(actor, time.monotonic())
-            md = read_metadata(bytes(msg.data))
+            md = actor.metadata
             self._learner_stats = (
                 int(md.get('learner_train_calls', '0')),
                 float(md.get('learner_total_train_s', '0')),
@@ -808,17 +702,8 @@ def main(args: list[str] | None = None) -> int:
             node.get_logger().info(f'executor, publisher and DDS threads at SCHED_FIFO {prio}')
     executor = MultiThreadedExecutor(num_threads=2)
     executor.add_node(node)
-    code = 0
     try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except BaseException as exc:  # noqa: BLE001
-        # A callback racing the signal's context shutdown (a publish on a dead context) is
-        # part of a normal stop; anything while the context is alive is a failure.
-        if node.context.ok():
-            node.get_logger().fatal(f'executor failed: {exc!r}')
-            code = 1
+        code = spin_until_shutdown(node, executor)
     finally:
         node.emergency_stop()
         node._release()

@@ -24,6 +24,18 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout_s: float = 15.0) -> int:
+    """Signal a child (SIGINT: its clean exit path), wait bounded, kill if it hangs; its status."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return int(proc.returncode)
+
+
 class EmulatorProcess:
     """A running ``rip_control.rig_emulator``; use as a context manager.
 

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-from rip_control.emulator_process import EmulatorProcess, child_env
+from rip_control.emulator_process import EmulatorProcess, child_env, stop_process
 from rip_control.launching import (
     CONTROL,
     LAUNCH_ARGUMENTS,
@@ -113,15 +113,9 @@ class _Child:
                 _say(f'[{self.spec.label}] {line.rstrip()}')
 
     def stop(self, sig: int = signal.SIGINT, timeout_s: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = stop_process(self.proc, sig, timeout_s)
         self._thread.join(timeout=2.0)
-        return int(self.proc.returncode)
+        return code
 
 
 class _Monitor:
@@ -205,6 +199,7 @@ def run(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
                 print(f'[emulator] {emulator.ready_line.strip()}', flush=True)
             else:
                 children.append(_Child(spec, stream_logs))
+        _wait_for_learner(node, children, timeout_s=180.0)
         if not driver.wait_for_services(30.0):
             raise RunFailed('the control node never offered its lifecycle services')
         if not driver.change('configure'):
@@ -247,6 +242,25 @@ def run(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
     tmp.write_text(json.dumps(summary, indent=2) + '\n')
     os.replace(tmp, run_dir / 'summary.json')
     return summary
+
+
+def _wait_for_learner(node: Any, children: list[_Child], timeout_s: float) -> None:
+    """Block (bounded) until the learner subscribes to ``transitions``: none of the first
+    episode's transitions may be lost while it is still importing torch.
+    """
+    import rclpy
+
+    deadline = time.monotonic() + timeout_s
+    while node.count_subscribers('/transitions') == 0:
+        for child in children:
+            if child.proc.poll() is not None:
+                raise RunFailed(
+                    f'{child.spec.label} exited with status {child.proc.returncode} while '
+                    'starting: ' + ' | '.join(child.tail[-3:])
+                )
+        if time.monotonic() > deadline:
+            raise RunFailed(f'the learner did not subscribe to transitions within {timeout_s:g} s')
+        rclpy.spin_once(node, timeout_sec=0.1)
 
 
 def _shutdown(

@@ -63,10 +63,17 @@ class NumpyActor:
     :param meta: version, rate and sizes.
     :param tensors: ``layers.{i}.weight/bias``, ``mu.weight/bias``, ``log_std.weight/bias``
         as float32 arrays (torch ``Linear`` layout: weight is ``[out, in]``).
+    :param metadata: the file's string metadata as received (informational keys included).
     """
 
-    def __init__(self, meta: PolicyMeta, tensors: dict[str, np.ndarray]) -> None:
+    def __init__(
+        self,
+        meta: PolicyMeta,
+        tensors: dict[str, np.ndarray],
+        metadata: dict[str, str] | None = None,
+    ) -> None:
         self.meta = meta
+        self.metadata = dict(metadata or meta.to_metadata())
         self._layers = [
             (tensors[f'layers.{i}.weight'].T.copy(), tensors[f'layers.{i}.bias'].copy())
             for i in range(len(meta.hidden_sizes))
@@ -233,7 +240,7 @@ def decode_actor(
             raise PolicyRejected(f'tensor {name} has shape {arr.shape}, expected {shape}')
         if not np.isfinite(arr).all():
             raise PolicyRejected(f'tensor {name} holds non-finite values')
-    return NumpyActor(meta, tensors)
+    return NumpyActor(meta, tensors, md)
 
 
 def load_actor_file(

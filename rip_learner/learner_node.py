@@ -32,10 +32,9 @@ from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
@@ -43,6 +42,7 @@ from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
 from rip_control.control_node import TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.env import ACTION_SIZE, OBS_SIZE
+from rip_control.node_params import Param, declare, spin_until_shutdown
 from rip_control.policy import PolicyRejected, encode_actor, load_actor_file
 from rip_control.transitions import Transition, TransitionRejected, unpack
 from rip_learner import buffer_store
@@ -78,38 +78,29 @@ class LearnerSettings:
     cpus: tuple[int, ...]
 
 
-def _fp(lo: float, hi: float) -> list[FloatingPointRange]:
-    return [FloatingPointRange(from_value=lo, to_value=hi, step=0.0)]
-
-
-def _ir(lo: int, hi: int) -> list[IntegerRange]:
-    return [IntegerRange(from_value=lo, to_value=hi, step=1)]
-
-
-# name, default, description, range (or None)
-PARAMETERS: tuple[tuple[str, Any, str, Any], ...] = (
-    ('rate_hz', 50.0, 'control rate of the rigs, Hz (buffers are tagged)', _fp(1.0, 1000.0)),
-    ('gradient_steps', 4, 'K: SAC updates per received transition', _ir(0, 1000)),
-    ('batch_size', 256, 'SAC minibatch', _ir(1, 65536)),
-    ('learning_starts', 500, 'stored transitions before the first update', _ir(0, 10**9)),
-    ('hidden_sizes', [64, 64], 'actor and critic hidden layers', None),
-    ('learning_rate', 3e-4, 'Adam learning rate', _fp(1e-7, 1.0)),
-    ('gamma', 0.99, 'discount', _fp(0.0, 1.0)),
-    ('tau', 0.005, 'target smoothing', _fp(0.0, 1.0)),
-    ('buffer_size', 200_000, 'replay buffer capacity', _ir(1, 10**8)),
-    ('torch_threads', 1, 'torch intra-op threads', _ir(1, 256)),
-    ('max_chunk', 32, 'largest train() call, in gradient steps', _ir(1, 10000)),
-    ('dt_tolerance_ms', 5.0, 'largest |dt - 1/rate_hz| a transition may have', _fp(0.01, 1e4)),
-    ('resume_buffer', '', 'replay buffer file to continue from', None),
-    ('policy', '', 'initial actor weights (.safetensors)', None),
-    ('run_name', 'default', 'outputs under runs/<run_name>', None),
-    ('runs_dir', 'runs', 'parent directory of runs', None),
-    ('publish_every_steps', 200, 'publish the actor every this many updates', _ir(1, 10**9)),
-    ('publish_every_s', 2.0, '... or this often while training', _fp(0.01, 3600.0)),
-    ('checkpoint_every_s', 30.0, 'save buffer and checkpoint this often', _fp(1.0, 86400.0)),
-    ('nice', 10, 'niceness added to this process (the control loop has priority)', _ir(0, 19)),
-    ('cpus', [-1], 'pin this process to these CPUs ([-1]: no pinning)', None),
-    ('seed', 0, 'SAC seed', None),
+PARAMETERS = (
+    Param('rate_hz', 50.0, 'control rate of the rigs, Hz (buffers are tagged)', 1.0, 1000.0),
+    Param('gradient_steps', 4, 'K: SAC updates per received transition', 0, 1000),
+    Param('batch_size', 256, 'SAC minibatch', 1, 65536),
+    Param('learning_starts', 500, 'stored transitions before the first update', 0, 10**9),
+    Param('hidden_sizes', [64, 64], 'actor and critic hidden layers'),
+    Param('learning_rate', 3e-4, 'Adam learning rate', 1e-7, 1.0),
+    Param('gamma', 0.99, 'discount', 0.0, 1.0),
+    Param('tau', 0.005, 'target smoothing', 0.0, 1.0),
+    Param('buffer_size', 200_000, 'replay buffer capacity', 1, 10**8),
+    Param('torch_threads', 1, 'torch intra-op threads', 1, 256),
+    Param('max_chunk', 32, 'largest train() call, in gradient steps', 1, 10000),
+    Param('dt_tolerance_ms', 5.0, 'largest |dt - 1/rate_hz| a transition may have', 0.01, 1e4),
+    Param('resume_buffer', '', 'replay buffer file to continue from'),
+    Param('policy', '', 'initial actor weights (.safetensors)'),
+    Param('run_name', 'default', 'outputs under runs/<run_name>'),
+    Param('runs_dir', 'runs', 'parent directory of runs'),
+    Param('publish_every_steps', 200, 'publish the actor every this many updates', 1, 10**9),
+    Param('publish_every_s', 2.0, '... or this often while training', 0.01, 3600.0),
+    Param('checkpoint_every_s', 30.0, 'save buffer and checkpoint this often', 1.0, 86400.0),
+    Param('nice', 10, 'niceness added to this process (the control loop has priority)', 0, 19),
+    Param('cpus', [-1], 'pin this process to these CPUs ([-1]: no pinning)'),
+    Param('seed', 0, 'SAC seed'),
 )
 
 
@@ -118,13 +109,7 @@ class LearnerNode(Node):
 
     def __init__(self, node_name: str = 'rip_learner', **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        for name, default, description, rng in PARAMETERS:
-            desc = ParameterDescriptor(description=description)
-            if rng is not None and isinstance(default, float):
-                desc.floating_point_range = rng
-            elif rng is not None:
-                desc.integer_range = rng
-            self.declare_parameter(name, default, desc)
+        declare(self, PARAMETERS)
         self.settings = self._read_settings()
         s = self.settings
         self._tune_process(s)
@@ -144,6 +129,7 @@ class LearnerNode(Node):
         self.train_s = 0.0
         self.updates = 0
         self.last_checkpoint = ''
+        self.failed: BaseException | None = None  # set if the training thread died
         self.last_save_s = time.monotonic()
         self._updates_at_publish = 0
         self._publish_t = 0.0
@@ -359,8 +345,6 @@ class LearnerNode(Node):
             self.failed = exc
             rclpy.try_shutdown(context=self.context)
 
-    failed: BaseException | None = None
-
     def _actor_bytes(self) -> bytes:
         s = self.settings
         extra = {
@@ -475,13 +459,14 @@ def main(args: list[str] | None = None) -> int:
         print(f'rip_learner: {exc}', file=sys.stderr, flush=True)
         rclpy.try_shutdown()
         return 2
+    except KeyboardInterrupt:  # stopped while still starting: nothing received, nothing to save
+        rclpy.try_shutdown()
+        return 0
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     code = 0
     try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+        code = spin_until_shutdown(node, executor)
     finally:
         try:
             node.shutdown()

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rip_control.emulator_process import EmulatorProcess
+from rip_control.emulator_process import EmulatorProcess, stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -134,13 +134,7 @@ def control_rig(ros_node, start_emulator, tmp_path):
 
     yield _start
     for rig in rigs:
-        if rig.proc.poll() is None:
-            rig.proc.send_signal(signal.SIGINT)
-            try:
-                rig.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                rig.proc.kill()
-                rig.proc.wait()
+        stop_process(rig.proc, signal.SIGINT, timeout_s=10)
 
 
 @pytest.fixture
@@ -177,7 +171,7 @@ def learner_process(tmp_path):
         return proc, name
 
     yield _start
-    for proc in procs:
+    for proc in procs:  # communicate(): drain its piped log while it saves and exits
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
             try:

@@ -149,3 +149,62 @@ def test_learner_killed_mid_run_control_keeps_rate_then_a_restarted_learner_is_u
     assert rig.driver.change('deactivate')
     assert rig.wait_disengaged_after(t0) is not None
     ros_node.destroy_subscription(diag.sub)
+
+
+@pytest.mark.parametrize('how', ['SIGINT', 'SIGTERM'])
+def test_stopping_the_runner_disengages_the_motor_and_saves_the_buffer(
+    start_emulator, tmp_path, how
+):
+    import threading
+
+    emu = start_emulator('--events', name=f'rig_{how}')
+    cmd = [
+        sys.executable,
+        '-m',
+        'rip_control.finetune',
+        'episodes:=0',
+        'episode_seconds:=2.0',
+        f'serial_port:={emu.link}',
+        'run_name:=stop',
+        f'runs_dir:={tmp_path / "runs"}',
+        f'params_file:={_params_file(tmp_path)}',
+    ]
+    proc = subprocess.Popen(
+        cmd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines, first_episode = [], threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith('episode '):
+                first_episode.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert first_episode.wait(120), ''.join(lines[-30:])
+        t0 = time.monotonic()
+        proc.send_signal(getattr(signal, how))
+        assert proc.wait(timeout=90) == 130, ''.join(lines[-30:])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(timeout=5)
+    def disengaged_after_stop():
+        return [t for t, what in emu.events() if what.startswith('disengaged') and t >= t0]
+
+    deadline = time.monotonic() + 2.0  # the emulator's EVENT line is read asynchronously
+    while not disengaged_after_stop() and time.monotonic() < deadline:
+        emu.wait_for_line('EVENT', 0.05, start=len(emu.lines))
+    assert disengaged_after_stop(), 'the motor was never disengaged after the stop'
+    assert emu.events()[-1][1].startswith('disengaged')
+    out = ''.join(lines)
+    assert 'interrupted' in out
+    _, meta = buffer_store.load(
+        tmp_path / 'runs' / 'stop' / 'replay_buffer.safetensors',
+        rate_hz=50.0,
+        obs_size=OBS_SIZE,
+        action_size=ACTION_SIZE,
+    )
+    assert meta.count > 0

@@ -245,8 +245,9 @@ def run(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
 
 
 def _wait_for_learner(node: Any, children: list[_Child], timeout_s: float) -> None:
-    """Block (bounded) until the learner subscribes to ``transitions``: none of the first
-    episode's transitions may be lost while it is still importing torch.
+    """Block (bounded) until the learner subscribes to ``transitions``.
+
+    Otherwise the first episode's transitions are lost while it still imports torch.
     """
     import rclpy
 

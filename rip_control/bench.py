@@ -67,12 +67,40 @@ def tick_stats(
     }
 
 
+def overrun_causes(
+    overrun_s: np.ndarray, prev_work_s: np.ndarray, period_s: float, late_s: float = 0.0005
+) -> dict[str, Any]:
+    """Split late releases (over ``late_s``) by cause.
+
+    Either the previous tick's work ran into this deadline, or the thread woke late
+    (scheduling, waiting for the GIL).
+    """
+    ov = np.asarray(overrun_s)
+    work = np.asarray(prev_work_s)
+    late = ov > late_s
+    from_work = late & (work > period_s - late_s)
+    return {
+        'work_mean_ms': float(work.mean() * 1e3) if len(work) else 0.0,
+        'work_p99_ms': float(np.percentile(work, 99) * 1e3) if len(work) else 0.0,
+        'work_max_ms': float(work.max() * 1e3) if len(work) else 0.0,
+        'late_releases': int(late.sum()),
+        'late_after_long_work': int(from_work.sum()),
+        'late_woke_late': int((late & ~from_work).sum()),
+    }
+
+
 def _print_stats(title: str, s: dict[str, Any]) -> None:
     print(
         f'{title}: {s["measured_rate_hz"]:.4f} Hz (target {s["target_rate_hz"]:g}), '
         f'{s["n_ticks"]} ticks, dt {s["dt_mean_ms"]:.4f} ± {s["dt_std_ms"]:.4f} ms, '
         f'p99 |dev| {s["dt_p99_abs_dev_ms"]:.3f} ms, max |dev| {s["dt_max_abs_dev_ms"]:.3f} ms, '
-        f'max overrun {s["max_overrun_ms"]:.3f} ms, violations {s["n_violations"]}',
+        f'max overrun {s["max_overrun_ms"]:.3f} ms, violations {s["n_violations"]}'
+        + (
+            f'; work p99 {s["work_p99_ms"]:.3f} ms, late releases {s["late_releases"]} '
+            f'({s["late_after_long_work"]} after long work, {s["late_woke_late"]} woke late)'
+            if 'late_releases' in s
+            else ''
+        ),
         flush=True,
     )
 
@@ -80,8 +108,9 @@ def _print_stats(title: str, s: dict[str, Any]) -> None:
 class _Load:
     """Background CPU load for a benchmark; stopped when the ExitStack closes."""
 
-    def __init__(self, kind: str, workdir: Path) -> None:
+    def __init__(self, kind: str, workdir: Path, nice: int = 0) -> None:
         self.kind = kind
+        self.nice = nice
         self.procs: list[subprocess.Popen[str]] = []
         self.json_path = workdir / 'load.json'
 
@@ -95,7 +124,7 @@ class _Load:
             # Plain SB3 train() in another process: normal priority, no pinning (the
             # learner node itself runs at nice +10, a kinder neighbour than this load).
             cmd = [sys.executable, '-m', 'rip_learner.train_load', '--json', str(self.json_path)]
-            cmd += ['--nice', '0']
+            cmd += ['--nice', str(self.nice)]
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=child_env())
             self.procs.append(proc)
             assert proc.stdout is not None
@@ -195,6 +224,7 @@ def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
     doc: dict[str, Any] = {
         'benchmark': 'timing',
         'load': a.load,
+        'load_nice': a.load_nice,
         'seconds': a.seconds,
         'weights_hz': a.weights_hz,
         'emulator_cpu': a.emulator_cpu,
@@ -209,7 +239,7 @@ def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
         emu = stack.enter_context(EmulatorProcess(workdir / 'rig', emu_args))
         params['serial_port'] = str(emu.link)
         print(f'emulator up on {emu.link}; starting load {a.load!r}', flush=True)
-        load = stack.enter_context(_Load(a.load, workdir))
+        load = stack.enter_context(_Load(a.load, workdir, a.load_nice))
         weights = _WeightsSource(node, rate, (64, 64))
         spec = ProcessSpec('control', 'control_node', node_name, params=params)
         proc = subprocess.Popen(spec.command(), env=child_env(), text=True)
@@ -230,6 +260,7 @@ def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
             dt, overrun = z['dt_s'][1:], z['overrun_s'][1:]  # the first dt is from the anchor
             ours = tick_stats(dt, overrun, rate)
             ours['n_violations'] = int(z['violations'])
+            ours.update(overrun_causes(z['overrun_s'][1:], z['prev_work_s'][1:], 1.0 / rate))
             ours['fifo'] = bool(z['fifo'])
             ours['missed_ticks'] = int(z['missed_ticks'])
             ours['ticks_not_traced'] = int(z['ticks_dropped'])
@@ -438,6 +469,9 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument('--load', choices=('none', 'hog', 'sac'), default='sac')
     t.add_argument('--baseline', choices=('none', 'rclpy-timer'), default='none')
     t.add_argument('--weights-hz', type=float, default=10.0)
+    t.add_argument(
+        '--load-nice', type=int, default=0, help='niceness of the sac load (the learner uses 10)'
+    )
     t.add_argument(
         '--emulator-cpu',
         type=int,

@@ -87,11 +87,17 @@ class LoopConfig:
 
 @dataclass(frozen=True)
 class TickSample:
-    """One tick for the per-tick topic."""
+    """One tick for the per-tick topic and the tick trace.
+
+    ``prev_work_s`` is how long the previous tick's work took (release to the next wait):
+    an overrun after a long work time came from the work (serial, policy), one after a
+    short work time from waking late (scheduling, the GIL).
+    """
 
     dt_s: float
     overrun_s: float
     strike: bool
+    prev_work_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -198,9 +204,12 @@ class ControlLoop:
             env.begin_reset()
             st.phase = 'reset'
             hung_dog.start()
-            pacer.start()
+            last_release = pacer.start()
             while not stop.is_set():
+                work_end = time.monotonic()
                 timing = pacer.wait()
+                prev_work = work_end - last_release
+                last_release = timing.tick_time_s + timing.overrun_s
                 hung_dog.kick_from_rt()
                 if self._hung_tripped:
                     raise ControlLoopHung(
@@ -216,7 +225,9 @@ class ControlLoop:
                 if timing.overrun_s > st.max_overrun_s:
                     st.max_overrun_s = timing.overrun_s
                 strike = overrun_dog.is_strike(timing.overrun_s)
-                self.ticks.push_from_rt(TickSample(timing.dt_s, timing.overrun_s, strike))
+                self.ticks.push_from_rt(
+                    TickSample(timing.dt_s, timing.overrun_s, strike, prev_work)
+                )
                 try:
                     overrun_dog.check_from_rt(timing.overrun_s)
                 except TimingViolation:

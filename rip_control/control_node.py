@@ -195,7 +195,7 @@ class ControlNode(LifecycleNode):
         self._rt_notes: list[str] = []
         self._control_fifo = False
         self._diag_prev: tuple[float, int] = (time.monotonic(), 0)
-        self._trace: list[tuple[float, float]] = []
+        self._trace: list[tuple[float, float, float]] = []
         self._last_tick_pub = 0.0
         self._learner_stats = (0, 0.0)  # train calls, train seconds: from the weights metadata
         self._learner_at_episode = (0, 0.0)
@@ -495,6 +495,7 @@ class ControlNode(LifecycleNode):
         arrays = {
             'dt_s': trace[:, 0],
             'overrun_s': trace[:, 1],
+            'prev_work_s': trace[:, 2],
             'rate_hz': np.float64(s.task.rate_hz),
             'violations': np.int64(st.violations),
             'missed_ticks': np.int64(st.missed_ticks),
@@ -534,7 +535,7 @@ class ControlNode(LifecycleNode):
         now = time.monotonic()
         while (tick := self._ticks_out.pop_from_non_rt()) is not None:
             if s.tick_trace:
-                self._trace.append((tick.dt_s, tick.overrun_s))
+                self._trace.append((tick.dt_s, tick.overrun_s, tick.prev_work_s))
             if publish and now - self._last_tick_pub >= min_gap * 0.999:
                 self._last_tick_pub = now
                 msg64 = Float64MultiArray()

@@ -448,6 +448,43 @@ def bench_learner_throughput(a: argparse.Namespace) -> dict[str, Any]:
     return {'benchmark': 'learner-throughput', 'sb3_train_alone': rows}
 
 
+def timing_table(paths: list[str]) -> str:
+    """A markdown table of timing results (what the README shows), from their JSON files."""
+
+    def cell(d: dict[str, Any] | None) -> str:
+        if not d:
+            return ''
+        text = (
+            f'{d["measured_rate_hz"]:.4f} Hz, {d["dt_std_ms"]:.3f} / '
+            f'{d["dt_p99_abs_dev_ms"]:.3f} / {d["dt_max_abs_dev_ms"]:.2f}, '
+            f'{d["n_violations"]} violations'
+        )
+        if 'late_releases' in d:
+            text += (
+                f'; late {d["late_releases"]} ({d["late_woke_late"]} woke late, '
+                f'{d["late_after_long_work"]} after long work)'
+            )
+        return text
+
+    rows = [
+        '| run | paced control thread | rclpy timer (same load) |',
+        '|---|---|---|',
+    ]
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        extra = ', '.join(
+            f'{k}:={v}'
+            for k, v in doc.get('node_params', {}).items()
+            if k in ('fifo_priority', 'switch_interval_us', 'gc_off', 'gil_holders_fifo_priority')
+        )
+        name = f'{doc["node_params"]["rate_hz"]:g} Hz, {doc["load"]}, {doc["seconds"]:g} s'
+        rows.append(
+            f'| {name}{" (" + extra + ")" if extra else ""} | {cell(doc.get("control_node"))} '
+            f'| {cell(doc.get("rclpy_timer"))} |'
+        )
+    return '\n'.join(rows)
+
+
 def _write_json(path: str, doc: dict[str, Any]) -> None:
     if not path:
         return
@@ -507,7 +544,12 @@ def main(argv: list[str] | None = None) -> int:
     th.add_argument('--batch', type=int, default=256)
     th.add_argument('--seconds', type=float, default=15.0)
     th.add_argument('--json', default='')
+    tb = sub.add_parser('table', help='markdown table of timing result files')
+    tb.add_argument('files', nargs='+')
     a = ap.parse_args(argv)
+    if a.bench == 'table':
+        print(timing_table(a.files))
+        return 0
     ensure_loopback_dds()
     runners = {
         'timing': bench_timing,

@@ -544,11 +544,20 @@ def main(argv: list[str] | None = None) -> int:
     th.add_argument('--batch', type=int, default=256)
     th.add_argument('--seconds', type=float, default=15.0)
     th.add_argument('--json', default='')
+    from rip_control import bench_v5
+
+    v5 = sub.add_parser('v5', help='V5: sim-only vs async vs sync fine-tune on a shifted rig')
+    bench_v5.add_arguments(v5)
     tb = sub.add_parser('table', help='markdown table of timing result files')
     tb.add_argument('files', nargs='+')
+    vt = sub.add_parser('v5-table', help='markdown table of V5 result files')
+    vt.add_argument('files', nargs='+')
     a = ap.parse_args(argv)
     if a.bench == 'table':
         print(timing_table(a.files))
+        return 0
+    if a.bench == 'v5-table':
+        print(bench_v5.v5_table([json.loads(Path(f).read_text()) for f in a.files]))
         return 0
     ensure_loopback_dds()
     runners = {
@@ -556,6 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         'sync-baseline': bench_sync_baseline,
         'e2e': bench_e2e,
         'learner-throughput': bench_learner_throughput,
+        'v5': bench_v5.bench_v5,
     }
     _write_json(a.json, runners[a.bench](a))
     return 0

@@ -18,6 +18,7 @@ Action: one float in [-1, 1], scaled to ``max_action_v`` volts.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, fields
 import math
 import time
@@ -396,31 +397,64 @@ class _TimestampUnwrapper:
 class SimRotaryInvertedPendulumEnv(gym.Env):
     """The same task on the simulated pendulum, as fast as the CPU allows (not real time).
 
-    Uses the emulator's dynamics and encoder quantisation. :meth:`reset` places the state
-    directly (SIMULATION ONLY: a real rig cannot be teleported): hanging down at rest by
-    default, or near upright with ``options={'start': 'upright'}``.
+    Uses the emulator's dynamics, encoder quantisation, encoder noise and sensing latency
+    (the reading of a step is the state ``sensing_latency_s`` earlier, time-stamped with that
+    earlier time, as the emulator's replies are). :meth:`reset` places the state directly
+    (SIMULATION ONLY: a real rig cannot be teleported): hanging down at rest by default, or
+    near upright with ``options={'start': 'upright'}``.
 
     :param config: the task.
-    :param params: physics; default QUBE-Servo 2.
+    :param params: physics; default QUBE-Servo 2. :meth:`set_params` swaps them between
+        episodes (domain randomisation).
     """
 
     metadata = {'render_modes': []}
 
     def __init__(self, config: TaskConfig, params: PendulumParams | None = None) -> None:
         self.config = config
-        self.params = params or PendulumParams()
         self.task = RipTask(config)
-        self.dynamics = FurutaDynamics(self.params)
         self.observation_space, self.action_space = _spaces()
-        self._k = 2.0 * math.pi / self.params.encoder_counts_per_rev
+        self.set_params(params or PendulumParams())
         self._prev: PendulumReading | None = None
         self._prev_action = 0.0
         self._steps = 0
         self._t = 0.0
 
-    def _read(self) -> PendulumReading:
+    def set_params(self, params: PendulumParams) -> None:
+        """Use other physics from the next :meth:`reset` on."""
+        self.params = params
+        self.dynamics = FurutaDynamics(params)
+        self._k = 2.0 * math.pi / params.encoder_counts_per_rev
+        # Latency L = m whole periods + a remainder r: each step snapshots the state r before
+        # its end, and the reading reported is the snapshot m steps back.
+        period = self.config.period_s
+        latency = params.sensing_latency_s
+        self._lat_periods = int(latency // period)
+        self._lat_rem = latency - self._lat_periods * period
+        if self._lat_rem < 0.5 * params.physics_step_s:
+            self._lat_rem = 0.0
+        self._snapshots: deque[PendulumReading] = deque(maxlen=self._lat_periods + 1)
+
+    def _snapshot(self, t: float) -> PendulumReading:
         arm, pend = self.dynamics.encoder_counts()
-        return PendulumReading(arm * self._k, pend * self._k, self._t)
+        noise = self.params.encoder_noise_counts
+        if noise > 0.0:
+            arm += round(float(self.np_random.normal(0.0, noise)))
+            pend += round(float(self.np_random.normal(0.0, noise)))
+        return PendulumReading(arm * self._k, pend * self._k, t)
+
+    def _advance(self, volts: float) -> PendulumReading:
+        period = self.config.period_s
+        if self._lat_rem > 0.0:
+            self.dynamics.advance(period - self._lat_rem, volts, engaged=True)
+            snap = self._snapshot(self._t + period - self._lat_rem)
+            self.dynamics.advance(self._lat_rem, volts, engaged=True)
+        else:
+            self.dynamics.advance(period, volts, engaged=True)
+            snap = self._snapshot(self._t + period)
+        self._t += period
+        self._snapshots.append(snap)
+        return self._snapshots[0]
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -438,7 +472,10 @@ class SimRotaryInvertedPendulumEnv(gym.Env):
         self._t = 0.0
         self._steps = 0
         self._prev_action = 0.0
-        self._prev = self._read()
+        self._snapshots.clear()
+        self._prev = self._snapshot(0.0)
+        for _ in range(self._lat_periods):  # the rig has been at rest: history is flat
+            self._snapshots.append(self._prev)
         obs, _, _ = self.task.observe(self._prev, self._prev, 0.0)
         return obs, {}
 
@@ -447,10 +484,7 @@ class SimRotaryInvertedPendulumEnv(gym.Env):
         if self._prev is None:
             raise RuntimeError('call reset() before step()')
         value = _action_value(action)
-        period = self.config.period_s
-        self.dynamics.advance(period, value * self.config.max_action_v, engaged=True)
-        self._t += period
-        cur = self._read()
+        cur = self._advance(value * self.config.max_action_v)
         obs, _, phi_dot = self.task.observe(self._prev, cur, value)
         reward = self.task.reward(cur, phi_dot, value)
         terminated = self.task.terminated(cur)

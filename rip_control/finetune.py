@@ -17,6 +17,7 @@ exists (what ``make demo`` does, so a second demo resumes the first one's buffer
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import json
 import os
 from pathlib import Path
@@ -35,6 +36,7 @@ from rip_control.launching import (
     ProcessSpec,
     ensure_loopback_dds,
     node_parameters,
+    parse_args,
 )
 
 BUFFER_FILE = 'replay_buffer.safetensors'
@@ -51,20 +53,13 @@ class RunFailed(RuntimeError):
     """A process of the run failed; the message says which and why."""
 
 
-def parse_args(argv: list[str]) -> dict[str, str]:
-    """``name:=value`` pairs (the launch-file syntax); anything else is refused by name."""
-    out = {}
-    for item in argv:
-        name, sep, value = item.partition(':=')
-        if not sep or not name:
-            raise ValueError(f'argument {item!r} is not name:=value')
-        out[name] = value
-    return out
-
-
-def plan(args: dict[str, str], pid: int | None = None) -> tuple[list[ProcessSpec], dict[str, Any]]:
+def plan(
+    args: dict[str, str], pid: int | None = None, learn: bool = True
+) -> tuple[list[ProcessSpec], dict[str, Any]]:
     """The processes the fine-tune runs, with their parameters, as the launch file would.
 
+    :param learn: False plans a deployment (:mod:`rip_control.evaluate`): no learner, the
+        control node acting deterministically with the given policy and nothing else.
     :returns: (process specs in start order, resolved argument values).
     """
     params = node_parameters(args)
@@ -84,7 +79,10 @@ def plan(args: dict[str, str], pid: int | None = None) -> tuple[list[ProcessSpec
         candidate = Path(str(learner.get('runs_dir', 'runs'))) / str(learner['run_name'])
         candidate = candidate / BUFFER_FILE
         learner['resume_buffer'] = str(candidate) if candidate.exists() else ''
-    specs.append(ProcessSpec('learner', 'learner_node', 'rip_learner', params=learner))
+    if learn:
+        specs.append(ProcessSpec('learner', 'learner_node', 'rip_learner', params=learner))
+    else:
+        control.update(stochastic_actions=False, allow_random_policy=False)
     specs.append(ProcessSpec('control', 'control_node', 'rip_control', params=control))
     return specs, values
 
@@ -139,12 +137,17 @@ class _Monitor:
         ep['buffer_size'] = float(self.learner.get('buffer_size', 0))
         ep['violations'] = float(self.control.get('violations', 0))
         self.episodes.append(ep)
-        _say(
+        line = (
             f'episode {int(ep["episode"]):3d}: return {ep["return"]:8.2f}, balance '
             f'{ep["balance_s"]:5.2f} s, tick {ep["dt_mean_ms"]:.3f} ± {ep["dt_std_ms"]:.3f} ms, '
-            f'violations {int(ep["violations"])}, learner updates {int(ep["learner_updates"])}, '
-            f'buffer {int(ep["buffer_size"])}, policy v{int(ep["policy_version"])}'
+            f'violations {int(ep["violations"])}, '
         )
+        if self.learner:
+            line += (
+                f'learner updates {int(ep["learner_updates"])}, '
+                f'buffer {int(ep["buffer_size"])}, '
+            )
+        _say(line + f'policy v{int(ep["policy_version"])}')
 
     def _on_diag(self, msg: Any) -> None:
         for st in msg.status:
@@ -155,26 +158,45 @@ class _Monitor:
                 self.control = values
 
 
-def run(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
-    """Run the fine-tune; return the summary (also written to the run folder)."""
+def run(
+    args: dict[str, str],
+    stream_logs: bool = True,
+    learn: bool = True,
+    observe: Callable[[Any], None] | None = None,
+    complete: Callable[[int], bool] | None = None,
+) -> dict[str, Any]:
+    """Run the fine-tune; return the summary (also written to the run folder).
+
+    :param learn: False deploys the policy without a learner (see :func:`plan`).
+    :param observe: called with the runner's node before anything starts, to add
+        subscriptions (the evaluation's transition recorder); the runner then waits for the
+        control node's ``transitions`` publisher to match before activating it.
+    :param complete: ``complete(episodes)`` tells whether the observer has received all of
+        them; after the last episode summary the runner waits for it (at most 5 s).
+    """
     import rclpy
 
     from rip_control.lifecycle_driver import LifecycleDriver
 
     rng, domain = ensure_loopback_dds()
-    specs, values = plan(args, pid=os.getpid())
+    specs, values = plan(args, pid=os.getpid(), learn=learn)
     control_spec = next(s for s in specs if s.label == 'control')
-    learner_spec = next(s for s in specs if s.label == 'learner')
+    learner_spec = next((s for s in specs if s.label == 'learner'), None)
     run_dir = Path(str(control_spec.params['runs_dir'])) / str(control_spec.params['run_name'])
     run_dir.mkdir(parents=True, exist_ok=True)
     control_spec.params['tick_trace'] = str(run_dir / 'ticks.npz')
     episodes = int(control_spec.params.get('episodes', 0))
-    resumed = str(learner_spec.params.get('resume_buffer', ''))
+    resumed = str(learner_spec.params.get('resume_buffer', '')) if learner_spec else ''
+    what = (
+        f'K={learner_spec.params.get("gradient_steps")}, '
+        + (f'resuming buffer {resumed}' if resumed else 'fresh buffer')
+        if learner_spec
+        else f'no learning, deterministic policy {control_spec.params.get("policy")}'
+    )
     print(
-        f'fine-tune {values["run_name"]!r}: {control_spec.params["rate_hz"]} Hz, '
-        f'{episodes or "unlimited"} episodes x {control_spec.params["episode_seconds"]} s, '
-        f'K={learner_spec.params.get("gradient_steps")}, DDS {rng} domain {domain}, '
-        + (f'resuming buffer {resumed}' if resumed else 'fresh buffer'),
+        f'{"fine-tune" if learn else "evaluation"} {values["run_name"]!r}: '
+        f'{control_spec.params["rate_hz"]} Hz, {episodes or "unlimited"} episodes x '
+        f'{control_spec.params["episode_seconds"]} s, DDS {rng} domain {domain}, {what}',
         flush=True,
     )
     rclpy.init(args=[])
@@ -185,7 +207,10 @@ def run(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
     interrupted = False
     driver = LifecycleDriver(node, control_spec.fqn)
     monitor = _Monitor(node, control_spec.fqn)
+    if observe is not None:
+        observe(node)
     started = time.monotonic()
+    done_at: float | None = None
 
     def _sigterm(*_: object) -> None:
         raise KeyboardInterrupt
@@ -199,11 +224,14 @@ def run(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
                 print(f'[emulator] {emulator.ready_line.strip()}', flush=True)
             else:
                 children.append(_Child(spec, stream_logs))
-        _wait_for_learner(node, children, timeout_s=180.0)
+        if learner_spec is not None:
+            _wait_for_learner(node, children, timeout_s=180.0)
         if not driver.wait_for_services(30.0):
             raise RunFailed('the control node never offered its lifecycle services')
         if not driver.change('configure'):
             raise RunFailed('the control node refused to configure (see [control] log)')
+        if observe is not None:
+            _wait_for_transitions_publisher(node, timeout_s=10.0)
         if not driver.change('activate'):
             raise RunFailed('the control node refused to activate (see [control] log)')
         while True:
@@ -220,7 +248,13 @@ def run(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
             ):
                 raise RunFailed('the control node left active after a timing violation')
             if episodes and len(monitor.episodes) >= episodes:
-                break
+                if complete is None or complete(episodes):
+                    break
+                if done_at is None:
+                    done_at = time.monotonic()
+                elif time.monotonic() - done_at > 5.0:
+                    print('the observer missed part of the last episode', flush=True)
+                    break
     except KeyboardInterrupt:
         interrupted = True
         print('interrupted: stopping (motor first, then learner, then emulator)', flush=True)
@@ -262,6 +296,17 @@ def _wait_for_learner(node: Any, children: list[_Child], timeout_s: float) -> No
         if time.monotonic() > deadline:
             raise RunFailed(f'the learner did not subscribe to transitions within {timeout_s:g} s')
         rclpy.spin_once(node, timeout_sec=0.1)
+
+
+def _wait_for_transitions_publisher(node: Any, timeout_s: float) -> None:
+    """Block (bounded) until the configured control node's ``transitions`` publisher is seen."""
+    import rclpy
+
+    deadline = time.monotonic() + timeout_s
+    while node.count_publishers('/transitions') == 0:
+        if time.monotonic() > deadline:
+            raise RunFailed(f'no transitions publisher appeared within {timeout_s:g} s')
+        rclpy.spin_once(node, timeout_sec=0.05)
 
 
 def _shutdown(

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from rip_control.emulator_process import child_env
+from rip_control.node_params import Param
 
 # console_scripts entry point -> module (setup.py declares the same pairs)
 EXECUTABLES = {
@@ -161,6 +162,17 @@ def default_params_file() -> Path:
         raise FileNotFoundError('config/finetune.yaml not found; pass params_file:=PATH') from None
 
 
+def parse_args(argv: list[str]) -> dict[str, str]:
+    """``name:=value`` pairs (the launch-file syntax); anything else is refused by name."""
+    out = {}
+    for item in argv:
+        name, sep, value = item.partition(':=')
+        if not sep or not name:
+            raise ValueError(f'argument {item!r} is not name:=value')
+        out[name] = value
+    return out
+
+
 def parse_value(text: str) -> Any:
     """A ``name:=value`` value typed the way ROS 2 types it (YAML scalar or list)."""
     import yaml
@@ -171,6 +183,48 @@ def parse_value(text: str) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+
+
+def parse_options(argv: list[str], table: tuple[Param, ...]) -> dict[str, Any]:
+    """``name:=value`` command-line options typed and range-checked against a table.
+
+    Tools that start no node (pre-training, evaluation) take their options this way too, so
+    every command of the package reads the same. Every error names the option and the value.
+    """
+    given = parse_args(argv)
+    known = {p.name: p for p in table}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(f'unknown option(s) {unknown}; known: {sorted(known)}')
+    out = {p.name: p.default for p in table}
+    for name, text in given.items():
+        p = known[name]
+        value = parse_value(text)
+        default = p.default
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            value = float(value) if ok else value
+        elif isinstance(default, list):
+            ok = isinstance(value, list)
+        else:
+            ok, value = True, text
+        if not ok:
+            raise ValueError(
+                f'{name}:={text} is not a {type(default).__name__} (default {default!r})'
+            )
+        if p.lo is not None and p.hi is not None and not p.lo <= value <= p.hi:
+            raise ValueError(f'{name}:={text} is outside [{p.lo:g}, {p.hi:g}]')
+        out[name] = value
+    return out
+
+
+def options_help(table: tuple[Param, ...]) -> str:
+    """One line per option: ``name:=default  description``."""
+    return '\n'.join(f'  {p.name}:={p.default!r:<14} {p.description}' for p in table)
 
 
 def node_parameters(args: dict[str, str]) -> dict[str, dict[str, Any]]:

@@ -36,8 +36,6 @@ import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
-from safetensors.numpy import load as st_load
-from safetensors.numpy import save as st_save
 from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
 from rip_control.control_node import TRANSITIONS_QOS, WEIGHTS_QOS
@@ -47,7 +45,16 @@ from rip_control.policy import PolicyRejected, encode_actor, load_actor_file
 from rip_control.transitions import Transition, TransitionRejected, unpack
 from rip_learner import buffer_store
 from rip_learner.buffer_store import BufferMeta, BufferRejected, atomic_write_bytes
-from rip_learner.sac import SacConfig, actor_meta, actor_tensors, build_sac, load_actor_into
+from rip_learner.sac import (
+    SacConfig,
+    actor_meta,
+    actor_tensors,
+    build_sac,
+    encode_checkpoint,
+    load_actor_into,
+    load_checkpoint,
+    sac_state,
+)
 
 BUFFER_FILE = 'replay_buffer.safetensors'
 POLICY_FILE = 'policy_latest.safetensors'
@@ -218,6 +225,12 @@ class LearnerNode(Node):
                 f'initial policy {s.policy} has hidden sizes {list(actor.meta.hidden_sizes)} '
                 f'but the learner is configured with {list(s.sac.hidden_sizes)}'
             )
+        # A pre-trained policy (rip_learner.pretrain) comes with its critics: fine-tuning with
+        # a fresh critic would first unlearn the actor.
+        ckpt = Path(s.policy).with_name(CHECKPOINT_FILE)
+        if ckpt.exists():
+            self._load_checkpoint(ckpt)
+            self.get_logger().info(f'initial SAC networks (critics included) from {ckpt}')
         load_actor_into(self.model, actor.tensors)
         self.version = actor.version
 
@@ -243,20 +256,10 @@ class LearnerNode(Node):
         )
 
     def _load_checkpoint(self, path: Path) -> None:
-        import torch
-
         try:
-            tensors = st_load(path.read_bytes())
-        except Exception as exc:  # noqa: BLE001 - the library raises several types
-            raise LearnerConfigError(f'checkpoint {path} is corrupt: {exc}') from exc
-        state = {k: torch.as_tensor(v) for k, v in tensors.items() if k != 'log_ent_coef'}
-        try:
-            self.model.policy.load_state_dict(state)
-        except RuntimeError as exc:
-            raise LearnerConfigError(f'checkpoint {path} does not fit these nets: {exc}') from exc
-        if 'log_ent_coef' in tensors and self.model.log_ent_coef is not None:
-            with torch.no_grad():
-                self.model.log_ent_coef.copy_(torch.as_tensor(tensors['log_ent_coef']))
+            load_checkpoint(self.model, path.read_bytes(), self.settings.rate_hz, str(path))
+        except (OSError, ValueError) as exc:
+            raise LearnerConfigError(str(exc)) from exc
 
     @property
     def buffer_size(self) -> int:
@@ -371,21 +374,13 @@ class LearnerNode(Node):
         t0 = time.monotonic()
         with self._lock:
             arrays = buffer_store.extract(self.model.replay_buffer)
-            state = {
-                k: v.detach().cpu().numpy().copy()
-                for k, v in self.model.policy.state_dict().items()
-            }
-            if self.model.log_ent_coef is not None:
-                state['log_ent_coef'] = self.model.log_ent_coef.detach().cpu().numpy().copy()
+            state = sac_state(self.model)
             actor = self._actor_bytes()
         meta = BufferMeta(s.rate_hz, OBS_SIZE, ACTION_SIZE, len(arrays['rewards']), self.version)
         buffer_store.save(s.run_dir / BUFFER_FILE, arrays, meta)
         atomic_write_bytes(s.run_dir / POLICY_FILE, actor)
         atomic_write_bytes(
-            s.run_dir / CHECKPOINT_FILE,
-            st_save(
-                state, metadata={'policy_version': str(self.version), 'rate_hz': repr(s.rate_hz)}
-            ),
+            s.run_dir / CHECKPOINT_FILE, encode_checkpoint(state, self.version, s.rate_hz)
         )
         self.last_save_s = time.monotonic()
         self.last_checkpoint = time.strftime('%H:%M:%S')

@@ -10,13 +10,14 @@ it in numpy.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import math
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from rip_control.env import ACTION_SIZE, OBS_SIZE
-from rip_control.policy import PolicyMeta
+from rip_control.policy import PolicyMeta, read_metadata
 
 # The rig's spaces, shared with the control node (rip_control.env): obs 6, action 1 in [-1, 1].
 OBSERVATION_SPACE = gym.spaces.Box(-np.inf, np.inf, shape=(OBS_SIZE,), dtype=np.float32)
@@ -67,19 +68,26 @@ class _SpacesOnlyEnv(gym.Env):
         raise RuntimeError('the learner never steps an env; transitions arrive over DDS')
 
 
-def build_sac(cfg: SacConfig) -> Any:
-    """An SB3 SAC ready for ``train()`` calls (logger configured, torch threads set)."""
+def build_sac(cfg: SacConfig, env: gym.Env | None = None, **sac_kwargs: Any) -> Any:
+    """An SB3 SAC for the rig's spaces (logger configured, torch threads set).
+
+    :param cfg: hyperparameters.
+    :param env: an env for ``learn()`` (simulation pre-training, the synchronous baseline);
+        None builds one that only carries the spaces, for a learner calling ``train()``.
+    :param sac_kwargs: further :class:`~stable_baselines3.SAC` arguments (``learning_starts``,
+        ``train_freq``, ``gradient_steps``...).
+    """
     from stable_baselines3 import SAC
     from stable_baselines3.common.logger import configure
     import torch
 
     torch.set_num_threads(cfg.torch_threads)
+    sac_kwargs.setdefault('learning_starts', 0)
     model = SAC(
         'MlpPolicy',
-        _SpacesOnlyEnv(),
+        env if env is not None else _SpacesOnlyEnv(),
         learning_rate=cfg.learning_rate,
         buffer_size=cfg.buffer_size,
-        learning_starts=0,
         batch_size=cfg.batch_size,
         tau=cfg.tau,
         gamma=cfg.gamma,
@@ -88,9 +96,56 @@ def build_sac(cfg: SacConfig) -> Any:
         seed=cfg.seed,
         device='cpu',
         verbose=0,
+        **sac_kwargs,
     )
     model.set_logger(configure(None, []))
     return model
+
+
+def sac_state(model: Any) -> dict[str, np.ndarray]:
+    """Every network of the SAC (actor, critics, targets) and the entropy coefficient."""
+    state = {k: v.detach().cpu().numpy().copy() for k, v in model.policy.state_dict().items()}
+    if model.log_ent_coef is not None:
+        state['log_ent_coef'] = model.log_ent_coef.detach().cpu().numpy().copy()
+    return state
+
+
+def encode_checkpoint(state: dict[str, np.ndarray], version: int, rate_hz: float) -> bytes:
+    """Safetensors bytes of :func:`sac_state`, tagged with the policy version and the rate."""
+    from safetensors.numpy import save
+
+    return save(state, metadata={'policy_version': str(version), 'rate_hz': repr(float(rate_hz))})
+
+
+def load_checkpoint(model: Any, data: bytes, rate_hz: float, source: str) -> int:
+    """Load :func:`encode_checkpoint` bytes into ``model``; return the policy version.
+
+    :raises ValueError: naming ``source`` when the bytes are corrupt, were trained at another
+        rate, or do not fit the networks.
+    """
+    from safetensors.numpy import load
+    import torch
+
+    try:
+        meta = read_metadata(data)
+        tensors = load(data)
+    except Exception as exc:  # noqa: BLE001 - the library raises several types for bad bytes
+        raise ValueError(f'checkpoint {source} is corrupt: {exc}') from exc
+    saved_rate = float(meta.get('rate_hz', 'nan'))
+    if not math.isclose(saved_rate, rate_hz, rel_tol=1e-9):
+        raise ValueError(
+            f'checkpoint {source} was trained at {saved_rate:g} Hz '
+            f'but this run is at {rate_hz:g} Hz'
+        )
+    state = {k: torch.as_tensor(v) for k, v in tensors.items() if k != 'log_ent_coef'}
+    try:
+        model.policy.load_state_dict(state)
+    except RuntimeError as exc:
+        raise ValueError(f'checkpoint {source} does not fit these networks: {exc}') from exc
+    if 'log_ent_coef' in tensors and model.log_ent_coef is not None:
+        with torch.no_grad():
+            model.log_ent_coef.copy_(torch.as_tensor(tensors['log_ent_coef']))
+    return int(meta.get('policy_version', '0'))
 
 
 def actor_tensors(model: Any) -> dict[str, np.ndarray]:

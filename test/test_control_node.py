@@ -12,6 +12,7 @@ import rclpy
 from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
 from rip_control.control_node import WEIGHTS_QOS
+from rip_control.emulator_process import stop_process
 from rip_control.env import ACTION_SIZE, OBS_SIZE
 from rip_control.policy import PolicyMeta, encode_actor, random_actor
 from rip_control.transitions import unpack
@@ -182,3 +183,15 @@ def test_v2_cpu_hog_and_weights_at_10hz_leave_timing_intact(control_rig, ros_nod
     assert int(last['weights_rejected']) >= 4
     versions = [t.policy_version for t in col.transitions]
     assert versions[-1] > versions[0]
+
+
+def test_configure_refuses_an_initial_policy_trained_at_another_rate(control_rig, tmp_path):
+    path = tmp_path / 'sim_100hz.safetensors'
+    path.write_bytes(_weights(1, rate=100.0, hidden=(64, 64)))
+    rig = control_rig(policy=str(path), allow_random_policy=False)
+    assert not rig.driver.change('configure')
+    assert rig.driver.state() == 'unconfigured'
+    stop_process(rig.proc, signal.SIGINT, timeout_s=10)
+    log = rig.proc.stdout.read()
+    assert 'trained at 100 Hz but this node runs at 50 Hz' in log, log[-2000:]
+    assert str(path) in log

@@ -6,6 +6,7 @@ from gymnasium.utils.env_checker import check_env
 import numpy as np
 import pytest
 
+from rip_control.dynamics import PendulumParams
 from rip_control.env import (
     OBS_SIZE,
     PendulumReading,
@@ -100,3 +101,41 @@ def test_rig_env_resets_steps_at_its_rate_and_disengages_on_close(emulator):
     env.close()
     assert not client.get_state().engaged
     client.close()
+
+
+def test_sim_sensing_latency_delays_readings_by_whole_and_partial_periods():
+    actions = [0.6] * 10 + [-0.6] * 10
+    lat = PendulumParams(sensing_latency_s=0.04)  # two periods at 50 Hz
+    prompt, late = (
+        SimRotaryInvertedPendulumEnv(TaskConfig()),
+        SimRotaryInvertedPendulumEnv(TaskConfig(), lat),
+    )
+    prompt.reset(seed=1)
+    late.reset(seed=1)
+    seen_prompt = [prompt.step(np.array([a]))[0] for a in actions]
+    seen_late = [late.step(np.array([a]))[0] for a in actions]
+    # The late rig reports what the prompt one reported two steps before (angles and
+    # velocities; the last column is the action just sent, not a reading).
+    for k in range(2, len(actions)):
+        np.testing.assert_allclose(seen_late[k][:5], seen_prompt[k - 2][:5], atol=1e-6)
+    # Half a period: the reading lies between the two neighbouring prompt readings.
+    half = SimRotaryInvertedPendulumEnv(TaskConfig(), PendulumParams(sensing_latency_s=0.01))
+    half.reset(seed=1)
+    arm = [half.step(np.array([a]))[0][0] for a in actions]
+    prompt_arm = [o[0] for o in seen_prompt]
+    for k in range(1, 10):
+        assert prompt_arm[k - 1] <= arm[k] <= prompt_arm[k]
+
+
+def test_sim_encoder_noise_is_seeded_and_switches_physics_between_episodes():
+    noisy = SimRotaryInvertedPendulumEnv(TaskConfig(), PendulumParams(encoder_noise_counts=2.0))
+    obs_a, _ = noisy.reset(seed=3)
+    obs_b, _ = noisy.reset(seed=3)
+    np.testing.assert_array_equal(obs_a, obs_b)
+    quiet = SimRotaryInvertedPendulumEnv(TaskConfig())
+    quiet.reset(seed=3)
+    arms = {round(float(noisy.step(np.zeros(1))[0][0]), 6) for _ in range(20)}
+    assert len(arms) > 1  # noise on a rig at rest
+    quiet.set_params(PendulumParams(pendulum_mass_kg=0.03))
+    quiet.reset(seed=0)
+    assert quiet.dynamics.params.pendulum_mass_kg == 0.03

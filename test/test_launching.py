@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rip_control import finetune
+from rip_control import finetune, launching
 from rip_control.launching import CONTROL, LAUNCH_ARGUMENTS, LEARNER, node_parameters, param_text
 
 REPO = Path(__file__).resolve().parent.parent
@@ -79,7 +79,7 @@ def test_unknown_or_malformed_arguments_are_refused_by_name():
     with pytest.raises(ValueError, match='rat'):
         node_parameters({'rat': '50'})
     with pytest.raises(ValueError, match='episodes=3'):
-        finetune.parse_args(['episodes=3'])
+        launching.parse_args(['episodes=3'])
 
 
 def test_every_node_parameter_of_the_yaml_is_declared_by_the_nodes():

@@ -1,0 +1,264 @@
+"""V5: from simulation to a shifted rig, three ways, measured in deployment.
+
+``python -m rip_control.bench v5 --rig config/rig_shifted_heavy.yaml --json PATH``
+
+(a) the simulation-only policy deployed on the shifted rig; (b) the same policy after the
+asynchronous fine-tune (:mod:`rip_control.finetune`: learner in its own process, the control
+loop at the exact rate); (c) the same fine-tune done synchronously
+(:mod:`rip_learner.sync_finetune`: SB3 ``learn()`` with a self-pacing env whose real rate
+stretches), deployed at the configured rate. Each is evaluated by :mod:`rip_control.evaluate`
+(deterministic, no learning) on the same rig, and the plots a user wants are written next to
+the JSON: balance-window histogram per policy, the fine-tunes' tick-interval histograms, and
+the learning curve across pre-training and fine-tuning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from rip_control.bench import tick_stats
+from rip_control.emulator_process import EmulatorProcess
+
+DEFAULT_POLICY = (
+    Path(__file__).resolve().parent.parent / 'policies' / 'sim_50hz' / 'policy.safetensors'
+)
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The ``v5`` subcommand's options."""
+    ap.add_argument('--rig', default='config/rig_shifted_heavy.yaml', help='shifted rig physics')
+    ap.add_argument('--policy', default=str(DEFAULT_POLICY), help='simulation-only policy')
+    ap.add_argument('--rate', type=float, default=50.0)
+    ap.add_argument('--episodes', type=int, default=10, help='fine-tune episodes')
+    ap.add_argument('--episode-seconds', type=float, default=6.0)
+    ap.add_argument('--gradient-steps', type=int, default=4)
+    ap.add_argument('--eval-episodes', type=int, default=5)
+    ap.add_argument('--eval-seconds', type=float, default=10.0)
+    ap.add_argument('--runs-dir', default='', help='where the runs go (default: a temp dir)')
+    ap.add_argument('--plots', default='', help='folder for the PNGs (default: beside --json)')
+    ap.add_argument('--json', default='')
+
+
+def _evaluate(a: argparse.Namespace, policy: str, runs: Path, name: str) -> dict[str, Any]:
+    from rip_control.evaluate import evaluate
+
+    print(f'-- evaluating {name}: {policy}', flush=True)
+    report = evaluate(
+        {
+            'policy': policy,
+            'rig_params': a.rig,
+            'rate': str(a.rate),
+            'episodes': str(a.eval_episodes),
+            'episode_seconds': str(a.eval_seconds),
+            'run_name': f'eval_{name}',
+            'runs_dir': str(runs),
+        },
+        stream_logs=False,
+    )
+    if report['failure']:
+        raise RuntimeError(f'evaluation of {name} failed: {report["failure"]}')
+    return report
+
+
+def bench_v5(a: argparse.Namespace) -> dict[str, Any]:
+    """Run (a), (b), (c) and their evaluations; write the plots."""
+    from rip_control import finetune
+    from rip_learner.sync_finetune import sync_finetune
+
+    runs = Path(a.runs_dir) if a.runs_dir else Path(tempfile.mkdtemp(prefix='rip_v5_'))
+    if not Path(a.policy).is_file():
+        raise FileNotFoundError(
+            f'--policy {a.policy}: no such file (python -m rip_learner.pretrain makes one)'
+        )
+    policies = {'sim_only': a.policy}
+
+    print(f'-- (b) asynchronous fine-tune on {a.rig}', flush=True)
+    ft = finetune.run(
+        {
+            'policy': a.policy,
+            'rig_params': a.rig,
+            'rate': str(a.rate),
+            'episodes': str(a.episodes),
+            'episode_seconds': str(a.episode_seconds),
+            'gradient_steps': str(a.gradient_steps),
+            'run_name': 'async_finetune',
+            'runs_dir': str(runs),
+        },
+        stream_logs=False,
+    )
+    if ft['failure']:
+        raise RuntimeError(f'asynchronous fine-tune failed: {ft["failure"]}')
+    policies['async_finetuned'] = str(runs / 'async_finetune' / 'policy_latest.safetensors')
+    with np.load(runs / 'async_finetune' / 'ticks.npz', allow_pickle=False) as z:
+        async_dt = z['dt_s'][1:].copy()
+
+    print(f'-- (c) synchronous fine-tune (SB3 learn(), self-paced env) on {a.rig}', flush=True)
+    with EmulatorProcess(runs / 'sync_rig', ['--params', a.rig]) as emu:
+        sync = sync_finetune(
+            str(emu.link),
+            runs / 'sync_finetune',
+            a.rate,
+            a.episodes,
+            a.gradient_steps,
+            policy=a.policy,
+            episode_seconds=a.episode_seconds,
+        )
+    policies['sync_finetuned'] = sync.policy
+    sync_dt = np.asarray(sync.dt_s)
+
+    evals = {name: _evaluate(a, path, runs, name) for name, path in policies.items()}
+    period = 1.0 / a.rate
+    doc: dict[str, Any] = {
+        'benchmark': 'v5',
+        'rig': a.rig,
+        'rate_hz': a.rate,
+        'finetune_episodes': a.episodes,
+        'episode_seconds': a.episode_seconds,
+        'gradient_steps': a.gradient_steps,
+        'eval_episodes': a.eval_episodes,
+        'eval_seconds': a.eval_seconds,
+        'policies': policies,
+        'deployment': {
+            name: {'summary': r['summary'], 'episodes': r['episodes'], 'ticks': r['ticks']}
+            for name, r in evals.items()
+        },
+        'finetune': {
+            'async': {
+                'ticks': ft.get('ticks'),
+                'episode_returns': ft.get('episode_returns'),
+                'learner': ft.get('learner'),
+            },
+            'sync': {
+                'ticks': tick_stats(sync_dt, np.maximum(sync_dt - period, 0.0), a.rate),
+                'episode_returns': sync.episode_returns,
+                'deadman_trips': sync.deadman_trips,
+                'wall_s': sync.wall_s,
+            },
+        },
+    }
+    plots = Path(a.plots) if a.plots else (Path(a.json).parent if a.json else runs)
+    stem = f'v5_{Path(a.rig).stem}'
+    _plot(doc, evals, async_dt, sync_dt, a, plots, stem)
+    _print_table(doc)
+    return doc
+
+
+def _print_table(doc: dict[str, Any]) -> None:
+    print(f'\n== V5 on {doc["rig"]} ({doc["eval_episodes"]} x {doc["eval_seconds"]:g} s) ==')
+    print(v5_table([doc]))
+
+
+def v5_table(docs: list[dict[str, Any]]) -> str:
+    """Markdown table of V5 results (what the README shows)."""
+    rows = [
+        '| rig | policy | longest balance, mean (min-max) | swung up | chatter TV/s | '
+        'sign changes/s | fine-tune real rate |',
+        '|---|---|---|---|---|---|---|',
+    ]
+    labels = {
+        'sim_only': '(a) simulation only',
+        'async_finetuned': '(b) async fine-tune',
+        'sync_finetuned': '(c) sync fine-tune',
+    }
+    for doc in docs:
+        for name, d in doc['deployment'].items():
+            s = d['summary']
+            bal = s['longest_balance_s']
+            rate = ''
+            if name == 'async_finetuned':
+                rate = f'{doc["finetune"]["async"]["ticks"]["measured_rate_hz"]:.2f} Hz'
+            elif name == 'sync_finetuned':
+                t = doc['finetune']['sync']
+                rate = (
+                    f'{t["ticks"]["measured_rate_hz"]:.2f} Hz, {t["deadman_trips"]} deadman trips'
+                )
+            rows.append(
+                f'| {Path(doc["rig"]).stem} | {labels.get(name, name)} | {bal["mean"]:.2f} s '
+                f'({bal["min"]:.2f}-{bal["max"]:.2f}) | {s["swung_up"]}/{s["episodes"]} | '
+                f'{s["action_tv_per_s"]["mean"]:.2f} | {s["sign_changes_per_s"]["mean"]:.1f} | '
+                f'{rate} |'
+            )
+    return '\n'.join(rows)
+
+
+def _plot(
+    doc: dict[str, Any],
+    evals: dict[str, dict[str, Any]],
+    async_dt: np.ndarray,
+    sync_dt: np.ndarray,
+    a: argparse.Namespace,
+    folder: Path,
+    stem: str,
+) -> None:
+    import matplotlib
+
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    # Balance windows per policy.
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    names = list(evals)
+    data = [[e['longest_balance_s'] for e in evals[n]['episodes']] for n in names]
+    bins = np.linspace(0.0, a.eval_seconds, 21)
+    ax.hist(data, bins=bins, label=names)
+    ax.axvline(5.0, color='k', ls=':', lw=1)
+    ax.set(
+        xlabel='longest balance window in an episode (s)',
+        ylabel='episodes',
+        title=f'deployment on {Path(a.rig).stem} at {a.rate:g} Hz',
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(folder / f'{stem}_balance_hist.png', dpi=100)
+    plt.close(fig)
+    # Tick intervals while fine-tuning.
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    period_ms = 1e3 / a.rate
+    hi = max(float(np.max(sync_dt)) * 1e3 if sync_dt.size else period_ms, period_ms * 2)
+    bins = np.linspace(0.0, hi, 120)
+    ax.hist(async_dt * 1e3, bins=bins, alpha=0.7, label='async (rip_control)')
+    ax.hist(sync_dt * 1e3, bins=bins, alpha=0.7, label='sync SB3 learn()')
+    ax.axvline(period_ms, color='k', ls=':', lw=1)
+    ax.set(
+        xlabel='tick interval (ms)',
+        ylabel='ticks',
+        yscale='log',
+        title=f'control period while fine-tuning (configured {period_ms:g} ms)',
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(folder / f'{stem}_dt_hist.png', dpi=100)
+    plt.close(fig)
+    # Learning curve: pre-training evaluations, then fine-tune episodes (x: env steps).
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    progress = Path(a.policy).with_name('progress.csv')
+    last = 0
+    if progress.exists():
+        with progress.open() as f:
+            rows = list(csv.DictReader(f))
+        steps = [int(r['step']) for r in rows]
+        ax.plot(steps, [float(r['train_return']) for r in rows], label='pre-training (sim)')
+        last = steps[-1] if steps else 0
+    per_ep = int(round(a.episode_seconds * a.rate))
+    for label, rets in (
+        ('async fine-tune (rig)', doc['finetune']['async']['episode_returns'] or []),
+        ('sync fine-tune (rig)', doc['finetune']['sync']['episode_returns']),
+    ):
+        xs = [last + per_ep * (i + 1) for i in range(len(rets))]
+        ax.plot(xs, rets, 'o-', ms=3, label=label)
+    ax.set(
+        xlabel='environment steps',
+        ylabel='episode return',
+        title='learning curve: simulation, then the shifted rig',
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(folder / f'{stem}_learning_curve.png', dpi=100)
+    plt.close(fig)

@@ -1,0 +1,161 @@
+"""Deployment metrics of one episode: balance windows, swing-up time, action chatter, ticks.
+
+Pure functions of per-tick traces, shared by the rig evaluation
+(:mod:`rip_control.evaluate`), the simulator evaluation of pre-training
+(:mod:`rip_learner.pretrain`) and the V5 benchmark, so every number in the README is computed
+one way. Tick ``k`` of a trace is the state after the ``k``-th control period: ``phi[k]`` the
+pendulum angle from upright (rad), ``action[k]`` the action held during that period (in
+[-1, 1]) and ``dt[k]`` that period's measured length (s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+BALANCE_THRESHOLD_RAD = 0.2
+"""|phi| below this counts as balanced (the task's own threshold)."""
+
+SWING_UP_HOLD_S = 0.5
+"""A swing-up counts once the pendulum stays balanced this long."""
+
+ACTION_DEADBAND = 0.01
+"""Actions within this of zero do not count as a sign (so a resting 0 never chatters)."""
+
+
+@dataclass(frozen=True)
+class EpisodeMetrics:
+    """What one deployed episode shows (times in seconds)."""
+
+    duration_s: float
+    longest_balance_s: float
+    balanced_fraction: float
+    swing_up_s: float | None  # None: never balanced for SWING_UP_HOLD_S
+    action_tv_per_s: float  # total variation of the action per second
+    sign_changes_per_s: float
+    mean_abs_action: float
+    ticks: int
+    dt_mean_ms: float
+    dt_std_ms: float
+    dt_max_dev_ms: float  # max |dt - period|
+    ret: float | None = None  # the episode's return, when rewards are known
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return asdict(self)
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """``[start, stop)`` index pairs of the runs of True in ``mask``."""
+    padded = np.concatenate([[False], mask, [False]]).astype(np.int8)
+    edges = np.flatnonzero(np.diff(padded))
+    return list(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True))
+
+
+def balance_windows(
+    phi: np.ndarray, dt: np.ndarray, threshold_rad: float = BALANCE_THRESHOLD_RAD
+) -> list[tuple[float, float]]:
+    """``(start_s, length_s)`` of every continuous stretch with ``|phi| < threshold``.
+
+    A window's length is the summed ``dt`` of its ticks; it starts at the end of the period
+    before its first tick.
+    """
+    phi = np.asarray(phi, dtype=np.float64)
+    dt = np.asarray(dt, dtype=np.float64)
+    if phi.shape != dt.shape:
+        raise ValueError(f'phi has shape {phi.shape} but dt has shape {dt.shape}')
+    t_end = np.cumsum(dt)
+    out = []
+    for a, b in _runs(np.abs(phi) < threshold_rad):
+        start = float(t_end[a] - dt[a])
+        out.append((start, float(t_end[b - 1] - start)))
+    return out
+
+
+def chatter(action: np.ndarray, duration_s: float) -> tuple[float, float]:
+    """``(total variation per second, sign changes per second)`` of an action trace.
+
+    Sign changes count only between actions beyond :data:`ACTION_DEADBAND`, skipping the
+    ones inside it.
+    """
+    a = np.asarray(action, dtype=np.float64).reshape(-1)
+    if duration_s <= 0 or a.size < 2:
+        return 0.0, 0.0
+    tv = float(np.abs(np.diff(a)).sum())
+    signs = np.sign(a[np.abs(a) > ACTION_DEADBAND])
+    changes = int(np.count_nonzero(signs[1:] != signs[:-1])) if signs.size > 1 else 0
+    return tv / duration_s, changes / duration_s
+
+
+def episode_metrics(
+    phi: np.ndarray,
+    action: np.ndarray,
+    dt: np.ndarray,
+    period_s: float,
+    reward: np.ndarray | None = None,
+    threshold_rad: float = BALANCE_THRESHOLD_RAD,
+) -> EpisodeMetrics:
+    """All metrics of one episode's traces (see the module docstring for their layout)."""
+    phi = np.asarray(phi, dtype=np.float64).reshape(-1)
+    dt = np.asarray(dt, dtype=np.float64).reshape(-1)
+    action = np.asarray(action, dtype=np.float64).reshape(-1)
+    if not (phi.size == dt.size == action.size) or phi.size == 0:
+        raise ValueError(
+            f'traces must be non-empty and equally long: phi {phi.size}, action {action.size}, '
+            f'dt {dt.size}'
+        )
+    duration = float(dt.sum())
+    windows = balance_windows(phi, dt, threshold_rad)
+    swing_up = next((start for start, length in windows if length >= SWING_UP_HOLD_S), None)
+    tv, changes = chatter(action, duration)
+    dev = np.abs(dt - period_s)
+    return EpisodeMetrics(
+        duration_s=duration,
+        longest_balance_s=max((length for _, length in windows), default=0.0),
+        balanced_fraction=float(dt[np.abs(phi) < threshold_rad].sum() / duration),
+        swing_up_s=swing_up,
+        action_tv_per_s=tv,
+        sign_changes_per_s=changes,
+        mean_abs_action=float(np.abs(action).mean()),
+        ticks=int(phi.size),
+        dt_mean_ms=float(dt.mean() * 1e3),
+        dt_std_ms=float(dt.std() * 1e3),
+        dt_max_dev_ms=float(dev.max() * 1e3),
+        ret=None if reward is None else float(np.sum(reward)),
+    )
+
+
+def summarize(episodes: list[EpisodeMetrics]) -> dict[str, Any]:
+    """Mean, min and max of each numeric metric over episodes; swing-ups counted."""
+    if not episodes:
+        return {'episodes': 0}
+    out: dict[str, Any] = {'episodes': len(episodes)}
+    for name in (
+        'longest_balance_s',
+        'balanced_fraction',
+        'action_tv_per_s',
+        'sign_changes_per_s',
+        'mean_abs_action',
+        'dt_std_ms',
+        'dt_max_dev_ms',
+    ):
+        values = [getattr(e, name) for e in episodes]
+        out[name] = {
+            'mean': float(np.mean(values)),
+            'min': float(np.min(values)),
+            'max': float(np.max(values)),
+        }
+    ups = [e.swing_up_s for e in episodes if e.swing_up_s is not None]
+    out['swung_up'] = len(ups)
+    out['swing_up_s_mean'] = float(np.mean(ups)) if ups else None
+    rets = [e.ret for e in episodes if e.ret is not None]
+    out['return_mean'] = float(np.mean(rets)) if rets else None
+    return out
+
+
+def phi_from_obs(obs: np.ndarray) -> np.ndarray:
+    """Pendulum angle from upright out of observations (``sin_phi``, ``cos_phi`` columns)."""
+    obs = np.asarray(obs, dtype=np.float64)
+    return np.arctan2(obs[..., 1], obs[..., 2])

@@ -1,0 +1,436 @@
+"""Simulation pre-training: SAC on the plain simulator at the design rate, as fast as it runs.
+
+``python -m rip_learner.pretrain rate:=50 out:=runs/pretrain_50hz``
+
+The simulator is :class:`rip_control.env.SimRotaryInvertedPendulumEnv`: the emulator's
+dynamics, the rig's observation, action and reward, and the control period ``1/rate``. Here,
+unlike on the rig, SB3's ``learn()`` is right: simulated time does not run while SAC trains.
+
+- **Curriculum.** Episodes start near upright for the first ``balance_steps`` (balancing is
+  learnt first); then the share of upright starts falls linearly over ``ramp_steps`` to
+  ``final_upright_share`` and the rest start hanging at rest, as on the rig.
+- **Domain randomisation.** Each episode draws its physics from :class:`Randomization`
+  (masses, lengths, damping, Coulomb friction, a motor dead zone, encoder noise, sensing
+  latency); the ranges are stated there and written into the run's ``pretrain.json``.
+- **Evaluation** every ``eval_every`` steps: deterministic episodes of ``eval_seconds`` from
+  hanging, on nominal physics and on randomised physics, scored with
+  :mod:`rip_control.evaluation` (longest balance window, swing-up time, chatter). The best
+  policy so far is kept; training stops early once both evaluations balance for
+  ``target_balance_s`` on average, or at ``steps`` / ``time_limit_s``.
+- **Outputs** in ``out``: ``policy.safetensors`` (the actor in the wire format, with the rate
+  it was trained at: the control node and the learner refuse it at any other rate),
+  ``sac_checkpoint.safetensors`` (critics included, so the fine-tune starts from them),
+  ``progress.csv`` (one row per evaluation), ``pretrain.json`` and ``learning_curve.png``.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict, dataclass, replace
+import json
+import math
+from pathlib import Path
+import sys
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rip_control.dynamics import PendulumParams
+from rip_control.env import SimRotaryInvertedPendulumEnv, TaskConfig
+from rip_control.evaluation import EpisodeMetrics, episode_metrics, summarize
+from rip_control.launching import options_help, parse_options
+from rip_control.node_params import Param
+from rip_control.policy import encode_actor
+from rip_learner.buffer_store import atomic_write_bytes
+from rip_learner.sac import SacConfig, actor_meta, actor_tensors, encode_checkpoint, sac_state
+
+POLICY_FILE = 'policy.safetensors'
+CHECKPOINT_FILE = 'sac_checkpoint.safetensors'  # the learner's name: it loads it with the policy
+
+OPTIONS = (
+    Param('rate', 50.0, 'design control rate, Hz (the policy is tagged with it)', 1.0, 1000.0),
+    Param('out', 'runs/pretrain', 'output folder'),
+    Param('steps', 200_000, 'most environment steps', 1, 10_000_000),
+    Param('time_limit_s', 900.0, 'stop after this much wall-clock time', 1.0, 86_400.0),
+    Param('seed', 0, 'seed of SAC, the curriculum and the randomisation', 0, 2**31 - 1),
+    Param('hidden_sizes', [64, 64], 'actor and critic layers (must match the learner)'),
+    Param('batch_size', 256, 'SAC batch', 1, 100_000),
+    Param('learning_rate', 3e-4, 'SAC learning rate', 1e-6, 1.0),
+    Param('gamma', 0.99, 'discount', 0.0, 1.0),
+    Param('ent_coef', 'auto_0.1', "SAC entropy coefficient ('auto_<initial>' tunes it)"),
+    Param('train_freq', 1, 'environment steps between updates', 1, 1000),
+    Param('gradient_steps', 1, 'updates each train_freq steps', 1, 1000),
+    Param('learning_starts', 2000, 'random steps before the first update', 0, 1_000_000),
+    Param('episode_seconds', 6.0, 'training episode length, s (the rig episode)', 0.1, 600.0),
+    Param('balance_steps', 10_000, 'curriculum: steps with upright starts only', 0, 10_000_000),
+    Param('ramp_steps', 30_000, 'curriculum: steps to reach final_upright_share', 0, 10_000_000),
+    Param('final_upright_share', 0.2, 'curriculum: upright starts after the ramp', 0.0, 1.0),
+    Param('randomize', True, 'domain randomisation of the physics per episode'),
+    Param('eval_every', 5000, 'steps between evaluations', 100, 10_000_000),
+    Param('eval_episodes', 4, 'episodes per evaluation (nominal and randomised each)', 1, 100),
+    Param('eval_seconds', 10.0, 'evaluation episode length, s', 1.0, 600.0),
+    Param('target_balance_s', 8.0, 'stop once evaluations balance this long', 0.0, 600.0),
+    Param('torch_threads', 1, 'torch intra-op threads', 1, 64),
+)
+
+
+@dataclass(frozen=True)
+class Randomization:
+    """Per-episode physics ranges, uniform. ``*_scale`` multiply the nominal value.
+
+    Chosen around the QUBE-Servo 2's datasheet values with the tolerances a second unit or a
+    worn one plausibly has; the shifted rigs under ``config/`` lie partly outside them on
+    purpose (the gap fine-tuning must close).
+    """
+
+    pendulum_mass_scale: tuple[float, float] = (0.85, 1.2)
+    pendulum_length_scale: tuple[float, float] = (0.9, 1.12)
+    arm_mass_scale: tuple[float, float] = (0.9, 1.1)
+    motor_resistance_scale: tuple[float, float] = (0.9, 1.1)
+    arm_damping_scale: tuple[float, float] = (0.5, 2.0)
+    pendulum_damping_scale: tuple[float, float] = (0.5, 2.0)
+    arm_coulomb_friction_nm: tuple[float, float] = (0.0, 0.002)
+    motor_dead_zone_v: tuple[float, float] = (0.0, 0.3)
+    encoder_noise_counts: tuple[float, float] = (0.0, 0.5)
+    sensing_latency_periods: tuple[float, float] = (0.0, 0.5)
+
+    def sample(
+        self, rng: np.random.Generator, base: PendulumParams, period_s: float
+    ) -> PendulumParams:
+        """One draw around ``base``."""
+
+        def u(r: tuple[float, float]) -> float:
+            return float(rng.uniform(r[0], r[1]))
+
+        return replace(
+            base,
+            pendulum_mass_kg=base.pendulum_mass_kg * u(self.pendulum_mass_scale),
+            pendulum_length_m=base.pendulum_length_m * u(self.pendulum_length_scale),
+            arm_mass_kg=base.arm_mass_kg * u(self.arm_mass_scale),
+            motor_resistance_ohm=base.motor_resistance_ohm * u(self.motor_resistance_scale),
+            arm_viscous_damping_nms_per_rad=base.arm_viscous_damping_nms_per_rad
+            * u(self.arm_damping_scale),
+            pendulum_viscous_damping_nms_per_rad=base.pendulum_viscous_damping_nms_per_rad
+            * u(self.pendulum_damping_scale),
+            arm_coulomb_friction_nm=u(self.arm_coulomb_friction_nm),
+            motor_dead_zone_v=u(self.motor_dead_zone_v),
+            encoder_noise_counts=u(self.encoder_noise_counts),
+            sensing_latency_s=u(self.sensing_latency_periods) * period_s,
+        )
+
+
+@dataclass(frozen=True)
+class Curriculum:
+    """Share of episodes that start near upright, by environment step."""
+
+    balance_steps: int = 10_000
+    ramp_steps: int = 30_000
+    final_upright_share: float = 0.2
+
+    def upright_share(self, step: int) -> float:
+        """1 during the balance phase, then a linear ramp down to the final share."""
+        if step < self.balance_steps:
+            return 1.0
+        if self.ramp_steps <= 0:
+            return self.final_upright_share
+        x = min(1.0, (step - self.balance_steps) / self.ramp_steps)
+        return 1.0 + x * (self.final_upright_share - 1.0)
+
+
+class CurriculumEnv(gym.Wrapper):
+    """Draws each episode's start (curriculum) and physics (randomisation) at reset."""
+
+    def __init__(
+        self,
+        env: SimRotaryInvertedPendulumEnv,
+        curriculum: Curriculum,
+        randomization: Randomization | None,
+        seed: int,
+    ) -> None:
+        super().__init__(env)
+        self.sim = env
+        self.nominal = env.params
+        self.curriculum = curriculum
+        self.randomization = randomization
+        self.rng = np.random.default_rng(seed)
+        self.steps = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
+        """New physics (if randomising) and a start drawn from the curriculum."""
+        if self.randomization is not None:
+            self.sim.set_params(
+                self.randomization.sample(self.rng, self.nominal, self.sim.config.period_s)
+            )
+        upright = self.rng.random() < self.curriculum.upright_share(self.steps)
+        return self.env.reset(seed=seed, options={'start': 'upright' if upright else 'down'})
+
+    def step(self, action: Any) -> Any:
+        """Count the step (the curriculum's clock) and take it."""
+        self.steps += 1
+        return self.env.step(action)
+
+
+def run_episode(
+    act: Any, env: SimRotaryInvertedPendulumEnv, seed: int, start: str = 'down'
+) -> EpisodeMetrics:
+    """One deterministic episode with ``act(obs) -> action``; its metrics."""
+    obs, _ = env.reset(seed=seed, options={'start': start})
+    phis, actions, rewards = [], [], []
+    while True:
+        action = np.asarray(act(obs), dtype=np.float32).reshape(-1)
+        obs, reward, terminated, truncated, info = env.step(action)
+        phis.append(info['phi'])
+        actions.append(float(np.clip(action[0], -1.0, 1.0)))
+        rewards.append(reward)
+        if terminated or truncated:
+            break
+    period = env.config.period_s
+    dt = np.full(len(phis), period)
+    return episode_metrics(np.array(phis), np.array(actions), dt, period, np.array(rewards))
+
+
+def evaluate_sim(
+    act: Any,
+    task: TaskConfig,
+    episodes: int,
+    seed: int,
+    randomization: Randomization | None = None,
+    base: PendulumParams | None = None,
+) -> list[EpisodeMetrics]:
+    """Deterministic episodes from hanging; physics nominal, or drawn per episode."""
+    base = base or PendulumParams()
+    env = SimRotaryInvertedPendulumEnv(task, base)
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(episodes):
+        if randomization is not None:
+            env.set_params(randomization.sample(rng, base, task.period_s))
+        out.append(run_episode(act, env, seed + i))
+    return out
+
+
+def _plot_curve(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    steps = [r['step'] for r in rows]
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax[0].plot(steps, [r['train_return'] for r in rows], label='training episodes (mean)')
+    ax[0].plot(steps, [r['eval_nominal_return'] for r in rows], label='eval, nominal physics')
+    ax[0].set(xlabel='environment steps', ylabel='episode return', title='return')
+    ax[0].legend(fontsize=8)
+    ax[1].plot(steps, [r['eval_nominal_balance_s'] for r in rows], label='nominal physics')
+    ax[1].plot(steps, [r['eval_random_balance_s'] for r in rows], label='randomised physics')
+    ax[1].set(xlabel='environment steps', ylabel='s', title='longest balance window (eval)')
+    ax[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
+    """Train, evaluate, save; return the summary written to ``pretrain.json``."""
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.monitor import Monitor
+    import torch
+
+    from rip_learner.sac import build_sac
+
+    rate = float(opts['rate'])
+    out = Path(opts['out'])
+    out.mkdir(parents=True, exist_ok=True)
+    task = TaskConfig(rate_hz=rate, episode_seconds=opts['episode_seconds'])
+    eval_task = replace(task, episode_seconds=opts['eval_seconds'])
+    randomization = Randomization() if opts['randomize'] else None
+    curriculum = Curriculum(opts['balance_steps'], opts['ramp_steps'], opts['final_upright_share'])
+    cfg = SacConfig(
+        hidden_sizes=tuple(int(h) for h in opts['hidden_sizes']),
+        batch_size=opts['batch_size'],
+        learning_rate=opts['learning_rate'],
+        gamma=opts['gamma'],
+        buffer_size=max(opts['steps'], opts['batch_size']),
+        torch_threads=opts['torch_threads'],
+        seed=opts['seed'],
+    )
+    env = Monitor(
+        CurriculumEnv(SimRotaryInvertedPendulumEnv(task), curriculum, randomization, opts['seed'])
+    )
+    model = build_sac(
+        cfg,
+        env,
+        learning_starts=opts['learning_starts'],
+        train_freq=opts['train_freq'],
+        gradient_steps=opts['gradient_steps'],
+        ent_coef=opts['ent_coef'],
+    )
+    torch.manual_seed(opts['seed'])
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        action, _ = model.predict(obs, deterministic=True)
+        return action
+
+    rows: list[dict[str, Any]] = []
+    best: dict[str, Any] = {'score': -math.inf}
+    t0 = time.monotonic()
+    csv_path = out / 'progress.csv'
+    eval_s = 0.0
+
+    def save(tag_step: int, score: float, nominal: list, randomised: list) -> None:
+        version = 1
+        extra = {
+            'trained_in': 'simulation',
+            'pretrain_steps': str(tag_step),
+            'pretrain_seed': str(opts['seed']),
+            'domain_randomization': str(bool(randomization)),
+        }
+        actor = encode_actor(actor_meta(cfg, version, rate), actor_tensors(model), extra)
+        atomic_write_bytes(out / POLICY_FILE, actor)
+        atomic_write_bytes(
+            out / CHECKPOINT_FILE, encode_checkpoint(sac_state(model), version, rate)
+        )
+        best.update(
+            score=score,
+            step=tag_step,
+            nominal=summarize(nominal),
+            randomised=summarize(randomised),
+        )
+
+    class Progress(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.next_eval = opts['eval_every']
+            self.stop = ''
+
+        def _on_step(self) -> bool:
+            nonlocal eval_s
+            step = self.num_timesteps
+            elapsed = time.monotonic() - t0
+            if elapsed > opts['time_limit_s']:
+                self.stop = f'time limit {opts["time_limit_s"]:g} s'
+                return False
+            if step < self.next_eval:
+                return True
+            self.next_eval += opts['eval_every']
+            e0 = time.monotonic()
+            nominal = evaluate_sim(act, eval_task, opts['eval_episodes'], 10_000)
+            randomised = evaluate_sim(
+                act, eval_task, opts['eval_episodes'], 20_000, Randomization()
+            )
+            eval_s += time.monotonic() - e0
+            nom, ran = summarize(nominal), summarize(randomised)
+            train_returns = [e['r'] for e in list(self.model.ep_info_buffer)]
+            row = {
+                'step': step,
+                'wall_s': round(elapsed, 1),
+                'steps_per_s': round(step / max(elapsed, 1e-9), 1),
+                'upright_share': round(curriculum.upright_share(step), 3),
+                'train_return': float(np.mean(train_returns)) if train_returns else 0.0,
+                'eval_nominal_return': nom['return_mean'],
+                'eval_nominal_balance_s': nom['longest_balance_s']['mean'],
+                'eval_nominal_swing_up_s': nom['swing_up_s_mean'],
+                'eval_random_return': ran['return_mean'],
+                'eval_random_balance_s': ran['longest_balance_s']['mean'],
+                'eval_random_swung_up': ran['swung_up'],
+                'ent_coef': float(torch.exp(model.log_ent_coef.detach()).item())
+                if model.log_ent_coef is not None
+                else None,
+            }
+            rows.append(row)
+            new = not csv_path.exists() or len(rows) == 1
+            with csv_path.open('w' if new else 'a', newline='') as f:
+                writer = csv.DictWriter(f, fieldnames=list(row))
+                if new:
+                    writer.writeheader()
+                writer.writerow(row)
+            score = row['eval_nominal_balance_s'] + row['eval_random_balance_s']
+            marker = ''
+            if score > best['score']:
+                save(step, score, nominal, randomised)
+                marker = '  * best, saved'
+            swing = row['eval_nominal_swing_up_s']
+            log(
+                f'step {step:>7} | {elapsed:6.0f} s | {row["steps_per_s"]:5.0f} steps/s | '
+                f'upright starts {row["upright_share"]:.2f} | train return '
+                f'{row["train_return"]:6.1f} | eval balance nominal '
+                f'{row["eval_nominal_balance_s"]:4.1f} s, randomised '
+                f'{row["eval_random_balance_s"]:4.1f} s | swing-up '
+                + (f'{swing:.1f} s' if swing is not None else '-')
+                + marker
+            )
+            target = opts['target_balance_s']
+            if (
+                target > 0
+                and nom['longest_balance_s']['mean'] >= target
+                and ran['longest_balance_s']['mean'] >= target
+            ):
+                self.stop = f'target reached: balance >= {target:g} s nominal and randomised'
+                return False
+            return True
+
+    progress = Progress()
+    log(
+        f'pre-training at {rate:g} Hz in {out}: up to {opts["steps"]} steps or '
+        f'{opts["time_limit_s"]:g} s; nets {list(cfg.hidden_sizes)}, batch {cfg.batch_size}, '
+        f'{opts["gradient_steps"]} update(s) per {opts["train_freq"]} step(s), '
+        f'randomisation {"on" if randomization else "off"}'
+    )
+    model.learn(total_timesteps=opts['steps'], callback=progress)
+    elapsed = time.monotonic() - t0
+    stopped_by = progress.stop or f'{opts["steps"]} steps'
+    if best['score'] == -math.inf:  # never evaluated: save what there is
+        nominal = evaluate_sim(act, eval_task, opts['eval_episodes'], 10_000)
+        randomised = evaluate_sim(act, eval_task, opts['eval_episodes'], 20_000, Randomization())
+        save(model.num_timesteps, -1.0, nominal, randomised)
+    summary = {
+        'command': 'python -m rip_learner.pretrain',
+        'options': opts,
+        'rate_hz': rate,
+        'wall_s': elapsed,
+        'eval_wall_s': eval_s,
+        'steps': model.num_timesteps,
+        'stopped_by': stopped_by,
+        'best': {k: v for k, v in best.items() if k != 'score'},
+        'randomization': asdict(Randomization()) if randomization else None,
+        'curriculum': asdict(curriculum),
+        'task': asdict(task),
+        'curve': rows,
+        'policy': str(out / POLICY_FILE),
+    }
+    atomic_write_bytes(out / 'pretrain.json', json.dumps(summary, indent=1).encode())
+    if rows:
+        _plot_curve(rows, out / 'learning_curve.png')
+    log(
+        f'done in {elapsed:.0f} s ({model.num_timesteps} steps, stopped by {stopped_by}); '
+        f'best at step {best.get("step")}: balance nominal '
+        f'{best["nominal"]["longest_balance_s"]["mean"]:.1f} s, randomised '
+        f'{best["randomised"]["longest_balance_s"]["mean"]:.1f} s -> {out / POLICY_FILE}'
+    )
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``name:=value`` options (see ``--help``)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ('-h', '--help') for a in argv):
+        print(__doc__)
+        print('options (name:=value):\n' + options_help(OPTIONS))
+        return 0
+    try:
+        opts = parse_options(argv, OPTIONS)
+    except ValueError as exc:
+        print(f'pretrain: {exc}', file=sys.stderr)
+        return 2
+    try:
+        pretrain(opts, log=lambda line: print(line, flush=True))
+    except KeyboardInterrupt:
+        print('pretrain: interrupted', file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

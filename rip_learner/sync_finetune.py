@@ -1,0 +1,169 @@
+"""The fine-tune done the old, synchronous way: SB3 ``SAC.learn()`` on a self-pacing rig env.
+
+This is the pattern the package exists to replace, kept as the V5 baseline
+(``python -m rip_control.bench v5``). The env sleeps to the next tick inside ``step()``;
+gradient updates run between steps in the same thread, so every tick that follows
+``K`` updates is late and the real rate stretches. The policy learns the dynamics of the
+stretched period and is then deployed at the configured rate.
+
+A stretched step can outlast the firmware's deadman (100 ms): the rig disengages and refuses
+the next voltage. A user of this pattern would end the episode there and reset (the reset
+engages the motor again); :class:`DeadmanTolerantEnv` does exactly that and counts it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import json
+from pathlib import Path
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rip_control.env import RealRotaryInvertedPendulumEnv, TaskConfig
+from rip_control.policy import encode_actor
+from rip_control.rig_client import LowLevelClient, RigProtocolError
+from rip_learner.buffer_store import atomic_write_bytes
+from rip_learner.sac import (
+    SacConfig,
+    actor_meta,
+    actor_tensors,
+    build_sac,
+    load_checkpoint,
+)
+
+POLICY_FILE = 'policy.safetensors'
+
+
+class DeadmanTolerantEnv(gym.Wrapper):
+    """Ends the episode (truncated) when the rig refuses a step after its deadman tripped."""
+
+    def __init__(self, env: RealRotaryInvertedPendulumEnv) -> None:
+        super().__init__(env)
+        self.rig = env
+        self.deadman_trips = 0
+        self._last_obs: np.ndarray | None = None
+
+    def reset(self, **kwargs: Any) -> Any:
+        """Reset the rig (engages the motor again)."""
+        obs, info = self.env.reset(**kwargs)
+        self._last_obs = obs
+        return obs, info
+
+    def step(self, action: Any) -> Any:
+        """Step; a refused voltage ends the episode instead of the run."""
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+        except RigProtocolError as exc:
+            if 'NOT_ENGAGED' not in str(exc):
+                raise
+            self.deadman_trips += 1
+            assert self._last_obs is not None
+            return self._last_obs, 0.0, False, True, {'deadman': True}
+        self._last_obs = obs
+        return obs, reward, terminated, truncated, info
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What a synchronous fine-tune did."""
+
+    policy: str
+    episodes: int
+    steps: int
+    deadman_trips: int
+    dt_s: list[float]
+    episode_returns: list[float]
+    wall_s: float
+
+
+def sync_finetune(
+    serial_port: str,
+    out: Path,
+    rate_hz: float,
+    episodes: int,
+    gradient_steps: int,
+    policy: str = '',
+    cfg: SacConfig | None = None,
+    episode_seconds: float = 6.0,
+    learning_starts: int = 256,
+    log: Any = print,
+) -> SyncResult:
+    """Fine-tune ``policy`` (with its critics, if saved beside it) by ``SAC.learn()``.
+
+    :param serial_port: the rig (emulator link or device).
+    :param out: folder for the fine-tuned ``policy.safetensors`` and ``sync_finetune.json``.
+    :param rate_hz: the rate the env paces itself to, and the rate the result is tagged with
+        (it is meant for deployment at this rate, whatever rate it really ran at).
+    """
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from rip_control.env import ACTION_SIZE, OBS_SIZE
+    from rip_control.policy import load_actor_file
+    from rip_learner.sac import load_actor_into
+
+    cfg = cfg or SacConfig()
+    out.mkdir(parents=True, exist_ok=True)
+    client = LowLevelClient(serial_port)
+    client.open()
+    task = TaskConfig(rate_hz=rate_hz, episode_seconds=episode_seconds)
+    rig = RealRotaryInvertedPendulumEnv(client, task)
+    env = DeadmanTolerantEnv(rig)
+    dts: list[float] = []
+    returns: list[float] = []
+    t0 = time.monotonic()
+    try:
+        model = build_sac(
+            cfg, env, learning_starts=learning_starts, train_freq=1, gradient_steps=gradient_steps
+        )
+        if policy:
+            ckpt = Path(policy).with_name('sac_checkpoint.safetensors')
+            if ckpt.exists():
+                load_checkpoint(model, ckpt.read_bytes(), rate_hz, str(ckpt))
+            actor = load_actor_file(
+                policy, rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+            )
+            load_actor_into(model, actor.tensors)
+
+        class _Episodes(BaseCallback):
+            def __init__(self) -> None:
+                super().__init__()
+                self.ret = 0.0
+
+            def _on_step(self) -> bool:
+                info = self.locals['infos'][0]
+                if 'dt_s' in info:
+                    dts.append(float(info['dt_s']))
+                self.ret += float(self.locals['rewards'][0])
+                if self.locals['dones'][0]:
+                    returns.append(self.ret)
+                    recent = np.asarray(dts[-int(episode_seconds * rate_hz) :])
+                    log(
+                        f'sync episode {len(returns):3d}: return {self.ret:8.2f}, real rate '
+                        f'{1.0 / recent.mean() if recent.size else float("nan"):5.1f} Hz '
+                        f'(configured {rate_hz:g}), deadman trips so far {env.deadman_trips}'
+                    )
+                    self.ret = 0.0
+                return len(returns) < episodes
+
+        model.learn(total_timesteps=10**9, callback=_Episodes())
+        meta = actor_meta(cfg, 1, rate_hz)
+        extra = {'trained_in': 'sync SAC.learn() on the rig', 'source_policy': policy}
+        atomic_write_bytes(out / POLICY_FILE, encode_actor(meta, actor_tensors(model), extra))
+    finally:
+        env.rig.disengage_safely()
+        client.close()
+    result = SyncResult(
+        policy=str(out / POLICY_FILE),
+        episodes=len(returns),
+        steps=len(dts),
+        deadman_trips=env.deadman_trips,
+        dt_s=dts,
+        episode_returns=returns,
+        wall_s=time.monotonic() - t0,
+    )
+    doc = {k: v for k, v in result.__dict__.items() if k != 'dt_s'}
+    atomic_write_bytes(out / 'sync_finetune.json', json.dumps(doc, indent=1).encode())
+    return result

@@ -1,0 +1,90 @@
+"""Deployment metrics on synthetic traces whose answers are known (no ROS)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from rip_control.evaluation import (
+    balance_windows,
+    chatter,
+    episode_metrics,
+    phi_from_obs,
+    summarize,
+)
+
+T = 0.02  # 50 Hz
+
+
+def test_balance_windows_measure_each_continuous_stretch_below_the_threshold():
+    # 10 ticks hanging, 50 balanced, 5 out, 100 balanced, 5 out.
+    phi = np.concatenate(
+        [np.full(10, 3.0), np.zeros(50), np.full(5, 0.5), np.zeros(100), [0.3] * 5]
+    )
+    dt = np.full(phi.size, T)
+    windows = balance_windows(phi, dt)
+    assert [(round(s, 6), round(n, 6)) for s, n in windows] == [(0.2, 1.0), (1.3, 2.0)]
+    m = episode_metrics(phi, np.zeros(phi.size), dt, T)
+    assert m.longest_balance_s == pytest.approx(2.0)
+    assert m.swing_up_s == pytest.approx(0.2)  # the first window lasting >= 0.5 s
+    assert m.balanced_fraction == pytest.approx(150 / 170)
+    assert m.duration_s == pytest.approx(170 * T)
+
+
+def test_balance_window_lengths_use_the_measured_dt_not_the_tick_count():
+    phi = np.zeros(10)
+    dt = np.array([T] * 9 + [0.1])  # one stretched tick
+    assert balance_windows(phi, dt) == [(0.0, pytest.approx(9 * T + 0.1))]
+    m = episode_metrics(phi, np.zeros(10), dt, T)
+    assert m.dt_max_dev_ms == pytest.approx(80.0)
+
+
+def test_the_threshold_is_strict_and_short_windows_are_no_swing_up():
+    phi = np.array([0.2, 0.19, 0.19, 0.2, -0.1, 0.25])
+    assert [round(n, 6) for _, n in balance_windows(phi, np.full(6, T))] == [0.04, 0.02]
+    assert episode_metrics(phi, np.zeros(6), np.full(6, T), T).swing_up_s is None
+
+
+def test_chatter_counts_total_variation_and_sign_changes_per_second():
+    # A bang-bang +/-1 action at every tick for 1 s: TV 2 per tick, 49 sign changes.
+    a = np.array([1.0, -1.0] * 25)
+    tv, changes = chatter(a, 1.0)
+    assert tv == pytest.approx(2.0 * 49)
+    assert changes == pytest.approx(49)
+    # A smooth 1 Hz cosine over 1 s: TV 4 (amplitude 1), zero crossings at 0.25 and 0.75 s.
+    t = np.arange(50) * T
+    tv, changes = chatter(np.cos(2 * math.pi * t), 1.0)
+    assert tv == pytest.approx(4.0, rel=0.05)
+    assert changes == 2
+
+
+def test_actions_inside_the_deadband_are_no_sign_changes():
+    tv, changes = chatter(np.array([0.5, 0.0, 0.001, -0.001, 0.5]), 1.0)
+    assert changes == 0
+    assert tv == pytest.approx(0.5 + 0.001 + 0.002 + 0.501)
+
+
+def test_metrics_refuse_traces_of_different_lengths():
+    with pytest.raises(ValueError, match='phi 3, action 2, dt 3'):
+        episode_metrics(np.zeros(3), np.zeros(2), np.full(3, T), T)
+    with pytest.raises(ValueError, match='non-empty'):
+        episode_metrics(np.zeros(0), np.zeros(0), np.zeros(0), T)
+
+
+def test_phi_is_recovered_from_the_observation():
+    angles = np.array([-3.0, -0.1, 0.0, 0.5, 3.1])
+    obs = np.zeros((5, 6))
+    obs[:, 1], obs[:, 2] = np.sin(angles), np.cos(angles)
+    np.testing.assert_allclose(phi_from_obs(obs), angles, atol=1e-12)
+
+
+def test_summary_counts_swing_ups_and_averages_windows():
+    up = episode_metrics(
+        np.r_[np.full(10, 3.0), np.zeros(40)], np.zeros(50), np.full(50, T), T, reward=np.ones(50)
+    )
+    never = episode_metrics(np.full(50, 3.0), np.zeros(50), np.full(50, T), T, reward=np.zeros(50))
+    s = summarize([up, never])
+    assert s['episodes'] == 2 and s['swung_up'] == 1
+    assert s['longest_balance_s']['mean'] == pytest.approx(0.4)
+    assert s['longest_balance_s']['min'] == 0.0
+    assert s['return_mean'] == pytest.approx(25.0)

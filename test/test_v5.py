@@ -1,0 +1,115 @@
+"""V5 (short) and the deployment evaluation, with real processes.
+
+The emulator on a shifted rig, the control node, the learner and SB3's synchronous ``learn()``.
+"""
+
+import json
+from pathlib import Path
+import subprocess
+import sys
+
+import pytest
+
+from rip_control.emulator_process import child_env
+from rip_control.env import ACTION_SIZE, OBS_SIZE
+from rip_control.policy import PolicyMeta, encode_actor, random_actor
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+REPO = Path(__file__).resolve().parent.parent
+HEAVY = REPO / 'config' / 'rig_shifted_heavy.yaml'
+
+
+def _policy(path, rate=50.0):
+    actor = random_actor(OBS_SIZE, ACTION_SIZE, (64, 64), rate, version=1, seed=3)
+    path.write_bytes(
+        encode_actor(PolicyMeta(1, rate, OBS_SIZE, ACTION_SIZE, (64, 64)), actor.tensors)
+    )
+    return path
+
+
+def _run(*args, timeout=400):
+    return subprocess.run(
+        [sys.executable, '-m', *args],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_evaluate_deploys_deterministically_and_reports_per_episode(tmp_path):
+    policy = _policy(tmp_path / 'p.safetensors')
+    proc = _run(
+        'rip_control.evaluate',
+        '--quiet',
+        f'policy:={policy}',
+        'episodes:=2',
+        'episode_seconds:=1.0',
+        f'rig_params:={HEAVY}',
+        f'runs_dir:={tmp_path}',
+        'run_name:=ev',
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / 'ev' / 'evaluation.json').read_text())
+    assert [e['ticks'] for e in report['episodes']] == [50, 50]
+    for e in report['episodes']:
+        assert 0.0 <= e['longest_balance_s'] <= e['duration_s']
+        assert e['dt_mean_ms'] == pytest.approx(20.0, abs=0.5)
+    assert report['summary']['episodes'] == 2 and report['transitions_rejected'] == 0
+    assert (tmp_path / 'ev' / 'evaluation.png').stat().st_size > 1000
+    assert 'longest balance window' in proc.stdout
+
+
+def test_evaluate_refuses_learning_options_and_a_policy_at_another_rate(tmp_path):
+    policy = _policy(tmp_path / 'p.safetensors')
+    proc = _run('rip_control.evaluate', f'policy:={policy}', 'gradient_steps:=4')
+    assert proc.returncode == 2 and "['gradient_steps'] configure learning" in proc.stderr
+    proc = _run('rip_control.evaluate', f'policy:={tmp_path / "missing.safetensors"}')
+    assert proc.returncode == 2 and 'missing.safetensors: no such file' in proc.stderr
+    other = _policy(tmp_path / 'p100.safetensors', rate=100.0)
+    proc = _run(
+        'rip_control.evaluate',
+        f'policy:={other}',
+        'episodes:=1',
+        'episode_seconds:=1.0',
+        f'runs_dir:={tmp_path}',
+        'run_name:=ev100',
+    )
+    assert proc.returncode == 1
+    assert 'trained at 100 Hz but this node runs at 50 Hz' in proc.stdout + proc.stderr
+
+
+def test_v5_short_runs_all_three_ways_and_writes_json_and_plots(tmp_path):
+    (tmp_path / 'sim').mkdir()
+    policy = _policy(tmp_path / 'sim' / 'policy.safetensors')
+    out = tmp_path / 'v5.json'
+    proc = _run(
+        'rip_control.bench',
+        'v5',
+        '--rig',
+        str(HEAVY),
+        '--policy',
+        str(policy),
+        '--episodes',
+        '1',
+        '--episode-seconds',
+        '1.0',
+        '--eval-episodes',
+        '1',
+        '--eval-seconds',
+        '1.0',
+        '--runs-dir',
+        str(tmp_path / 'runs'),
+        '--json',
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    doc = json.loads(out.read_text())
+    assert set(doc['deployment']) == {'sim_only', 'async_finetuned', 'sync_finetuned'}
+    for d in doc['deployment'].values():
+        assert d['summary']['episodes'] == 1
+    assert abs(doc['finetune']['async']['ticks']['measured_rate_hz'] - 50.0) < 0.5
+    assert doc['finetune']['sync']['ticks']['n_ticks'] >= 50
+    for suffix in ('balance_hist', 'dt_hist', 'learning_curve'):
+        assert (tmp_path / f'v5_rig_shifted_heavy_{suffix}.png').stat().st_size > 1000
+    assert '(c) sync fine-tune' in proc.stdout

@@ -20,10 +20,11 @@ $(STAMP): requirements.txt constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -c constraints.txt
 	touch $(STAMP)
 
-# The full fine-tune on the emulated rig: 50 Hz, 10 episodes x 6 s, K = 4. A second run
-# resumes the first one's replay buffer (runs/demo/replay_buffer.safetensors).
+# The full fine-tune on the emulated rig: 50 Hz, 10 episodes x 6 s, K = 4, starting from the
+# pre-trained policy in policies/sim_50hz/. A second run continues the first one's policy and
+# replay buffer (runs/demo/).
 demo: $(STAMP)
-	$(PY) -m rip_control.finetune run_name:=demo resume_buffer:=auto $(DEMO_ARGS)
+	$(PY) -m rip_control.finetune run_name:=demo resume_buffer:=auto policy:=auto $(DEMO_ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -15,6 +15,11 @@ setup(
         ('share/' + PACKAGE, ['package.xml']),
         ('share/' + PACKAGE + '/launch', glob('launch/*.launch.py')),
         ('share/' + PACKAGE + '/config', glob('config/*.yaml')),
+        # Pre-trained policies (rip_learner.pretrain): actor, critics, training record.
+        *[
+            ('share/' + PACKAGE + '/' + folder, glob(folder + '/*'))
+            for folder in sorted(glob('policies/*'))
+        ],
     ],
     install_requires=['setuptools'],
     zip_safe=True,

@@ -21,7 +21,7 @@ from launch_ros.events.lifecycle import ChangeState
 from launch_ros.substitutions import FindPackagePrefix
 import lifecycle_msgs.msg
 
-from rip_control.launching import CONTROL, LAUNCH_ARGUMENTS, LEARNER, default_params_file
+from rip_control.launching import CONTROL, LAUNCH_ARGUMENTS, LEARNER, launch_default
 
 
 def generate_launch_description():
@@ -30,7 +30,7 @@ def generate_launch_description():
     declared = [
         DeclareLaunchArgument(
             a.name,
-            default_value=str(default_params_file()) if a.name == 'params_file' else a.default,
+            default_value=launch_default(a),
             description=a.description,
         )
         for a in LAUNCH_ARGUMENTS

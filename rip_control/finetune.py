@@ -12,7 +12,9 @@ buffer is saved), then the emulator. It then writes plots and a summary into
 ``runs/<run_name>/``. The exit status is non-zero when any process failed, with the reason.
 
 ``resume_buffer:=auto`` continues from ``runs/<run_name>/replay_buffer.safetensors`` when it
-exists (what ``make demo`` does, so a second demo resumes the first one's buffer).
+exists, and ``policy:=auto`` from ``runs/<run_name>/policy_latest.safetensors`` (with its
+critics), else from the pre-trained policy shipped for the rate
+(``policies/sim_50hz/``): what ``make demo`` does, so a second demo continues the first.
 """
 
 from __future__ import annotations
@@ -35,11 +37,14 @@ from rip_control.launching import (
     LEARNER,
     ProcessSpec,
     ensure_loopback_dds,
+    launch_default,
     node_parameters,
+    packaged_policy,
     parse_args,
 )
 
 BUFFER_FILE = 'replay_buffer.safetensors'
+POLICY_LATEST = 'policy_latest.safetensors'
 _print_lock = threading.Lock()
 
 
@@ -63,7 +68,7 @@ def plan(
     :returns: (process specs in start order, resolved argument values).
     """
     params = node_parameters(args)
-    values = {a.name: args.get(a.name, a.default) for a in LAUNCH_ARGUMENTS}
+    values = {a.name: args.get(a.name, launch_default(a)) for a in LAUNCH_ARGUMENTS}
     specs = []
     control, learner = params[CONTROL], params[LEARNER]
     if not control.get('serial_port'):
@@ -75,16 +80,38 @@ def plan(
             emu_args += ['--params', values['rig_params']]
         specs.append(ProcessSpec('emulator', 'rig_emulator', args=emu_args))
         control['serial_port'] = link
+    run_dir = Path(str(learner.get('runs_dir', 'runs'))) / str(learner['run_name'])
     if learner.get('resume_buffer') == 'auto':
-        candidate = Path(str(learner.get('runs_dir', 'runs'))) / str(learner['run_name'])
-        candidate = candidate / BUFFER_FILE
+        candidate = run_dir / BUFFER_FILE
         learner['resume_buffer'] = str(candidate) if candidate.exists() else ''
+    if control.get('policy') == 'auto':
+        policy = resolve_auto_policy(run_dir, float(control['rate_hz']))
+        control['policy'] = learner['policy'] = str(policy)
     if learn:
         specs.append(ProcessSpec('learner', 'learner_node', 'rip_learner', params=learner))
     else:
         control.update(stochastic_actions=False, allow_random_policy=False)
     specs.append(ProcessSpec('control', 'control_node', 'rip_control', params=control))
     return specs, values
+
+
+def resolve_auto_policy(run_dir: Path, rate_hz: float) -> Path:
+    """``policy:=auto``: the run's latest policy if it has one, else the packaged one.
+
+    :raises ValueError: no pre-trained policy ships for ``rate_hz`` (it names the command
+        that makes one).
+    """
+    latest = run_dir / POLICY_LATEST
+    if latest.exists():
+        return latest
+    packaged = packaged_policy(rate_hz)
+    if packaged.exists():
+        return packaged
+    raise ValueError(
+        f'policy:=auto: {latest} does not exist and no pre-trained policy ships for '
+        f'{rate_hz:g} Hz ({packaged}); make one with '
+        f'python -m rip_learner.pretrain rate:={rate_hz:g} out:={packaged.parent}'
+    )
 
 
 class _Child:

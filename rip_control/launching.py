@@ -137,7 +137,11 @@ LAUNCH_ARGUMENTS = (
         'resume_buffer', '', 'replay buffer to continue from', ((LEARNER, 'resume_buffer'),)
     ),
     LaunchArgument(
-        'policy', '', 'initial actor (.safetensors)', ((CONTROL, 'policy'), (LEARNER, 'policy'))
+        'policy',
+        '',
+        "initial actor (.safetensors); the runner's 'auto' picks the run's latest or the "
+        'packaged pre-trained one',
+        ((CONTROL, 'policy'), (LEARNER, 'policy')),
     ),
     LaunchArgument(
         'params_file',
@@ -160,6 +164,36 @@ def default_params_file() -> Path:
         return Path(get_package_share_directory('rip_control')) / 'config' / 'finetune.yaml'
     except ImportError:  # pragma: no cover - no ROS 2 install and no source tree
         raise FileNotFoundError('config/finetune.yaml not found; pass params_file:=PATH') from None
+
+
+def packaged_policy(rate_hz: float) -> Path:
+    """Where the pre-trained policy for ``rate_hz`` ships: ``policies/sim_<rate>hz/``."""
+    name = f'sim_{rate_hz:g}hz'
+    here = Path(__file__).resolve().parent.parent / 'policies' / name / 'policy.safetensors'
+    if here.exists():
+        return here
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        share = Path(get_package_share_directory('rip_control'))
+        return share / 'policies' / name / 'policy.safetensors'
+    except ImportError:  # no ROS 2 install: the source tree's path (may not exist)
+        return here
+
+
+def launch_default(a: LaunchArgument) -> str:
+    """The value an argument takes when not given, in the launch file and the runner alike.
+
+    ``params_file`` defaults to the installed ``config/finetune.yaml`` and ``policy`` to the
+    shipped 50 Hz pre-trained policy (at another rate the nodes refuse it, naming both
+    rates: pass a policy pre-trained at that rate); the rest to their table default.
+    """
+    if a.name == 'params_file':
+        return str(default_params_file())
+    if a.name == 'policy':
+        packaged = packaged_policy(50.0)
+        return str(packaged) if packaged.exists() else ''
+    return a.default
 
 
 def parse_args(argv: list[str]) -> dict[str, str]:
@@ -238,7 +272,7 @@ def node_parameters(args: dict[str, str]) -> dict[str, dict[str, Any]]:
     unknown = sorted(set(args) - set(known))
     if unknown:
         raise ValueError(f'unknown argument(s) {unknown}; known: {sorted(known)}')
-    values = {a.name: args.get(a.name, a.default) for a in LAUNCH_ARGUMENTS}
+    values = {a.name: args.get(a.name, launch_default(a)) for a in LAUNCH_ARGUMENTS}
     path = Path(values['params_file']) if values['params_file'] else default_params_file()
     try:
         doc = yaml.safe_load(path.read_text()) or {}

@@ -206,7 +206,7 @@ def _plot(
     fig, ax = plt.subplots(figsize=(7, 3.6))
     names = list(evals)
     data = [[e['longest_balance_s'] for e in evals[n]['episodes']] for n in names]
-    bins = np.linspace(0.0, a.eval_seconds, 21)
+    bins = np.linspace(0.0, a.eval_seconds, 21).tolist()
     ax.hist(data, bins=bins, label=names)
     ax.axvline(5.0, color='k', ls=':', lw=1)
     ax.set(
@@ -222,7 +222,7 @@ def _plot(
     fig, ax = plt.subplots(figsize=(7, 3.6))
     period_ms = 1e3 / a.rate
     hi = max(float(np.max(sync_dt)) * 1e3 if sync_dt.size else period_ms, period_ms * 2)
-    bins = np.linspace(0.0, hi, 120)
+    bins = np.linspace(0.0, hi, 120).tolist()
     ax.hist(async_dt * 1e3, bins=bins, alpha=0.7, label='async (rip_control)')
     ax.hist(sync_dt * 1e3, bins=bins, alpha=0.7, label='sync SB3 learn()')
     ax.axvline(period_ms, color='k', ls=':', lw=1)

@@ -35,6 +35,7 @@ OBS_SIZE = 6
 ACTION_SIZE = 1
 OBS_LABELS = ('theta', 'sin_phi', 'cos_phi', 'theta_dot', 'phi_dot', 'prev_action')
 VELOCITY_SCALE = 0.1
+QUIET_FILTER = 0.2  # EMA weight of the reset's stillness velocities (per reset tick)
 
 
 @dataclass(frozen=True)
@@ -302,6 +303,7 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
         self._reset_prev = self.read()
         self._reset_start = time.monotonic()
         self._still_since: float | None = None
+        self._quiet_vel = (0.0, 0.0)
 
     def reset_step(self) -> tuple[bool, bool]:
         """One tick of the reset controller; return ``(done, settled)``.
@@ -317,11 +319,17 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
         alpha_down = wrap_angle(cur.alpha)
         self._reset_prev = cur
         now = time.monotonic()
+        # Stillness is judged on low-passed velocities: one count of encoder noise makes a
+        # raw 20 ms difference jump by 0.15 rad/s, and a noisy rig would never look still.
+        k = QUIET_FILTER
+        td_f = self._quiet_vel[0] + k * (theta_dot - self._quiet_vel[0])
+        ad_f = self._quiet_vel[1] + k * (alpha_dot - self._quiet_vel[1])
+        self._quiet_vel = (td_f, ad_f)
         quiet = (
             abs(cur.theta) < 0.05
-            and abs(theta_dot) < 0.3
+            and abs(td_f) < 0.3
             and abs(alpha_down) < 0.05
-            and abs(alpha_dot) < 0.3
+            and abs(ad_f) < 0.3
         )
         if quiet:
             if self._still_since is None:

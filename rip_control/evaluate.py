@@ -146,10 +146,8 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
         'interrupted': run['interrupted'],
     }
     (run_dir / 'evaluation.json').write_text(json.dumps(report, indent=1) + '\n')
-    np.savez(
-        run_dir / 'evaluation_traces.npz',
-        **{f'ep{ep}_{k}': v for ep, _, tr in episodes for k, v in tr.items()},
-    )
+    traces: dict[str, Any] = {f'ep{ep}_{k}': v for ep, _, tr in episodes for k, v in tr.items()}
+    np.savez(run_dir / 'evaluation_traces.npz', **traces)
     if episodes:
         plot_traces(
             episodes,

@@ -298,7 +298,12 @@ def run(
             child = next(c for c in children if c.spec.label == label)
             failure = f'{label} exited with status {code}: ' + ' | '.join(child.tail[-3:])
     summary = _summarise(run_dir, monitor, values, resumed, time.monotonic() - started)
-    summary.update(failure=failure, interrupted=interrupted, exit_codes=codes)
+    summary.update(
+        failure=failure,
+        interrupted=interrupted,
+        exit_codes=codes,
+        policy=str(control_spec.params.get('policy', '')) or None,
+    )
     tmp = run_dir / 'summary.json.tmp'
     tmp.write_text(json.dumps(summary, indent=2) + '\n')
     os.replace(tmp, run_dir / 'summary.json')

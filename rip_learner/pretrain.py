@@ -325,7 +325,7 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
             )
             eval_s += time.monotonic() - e0
             nom, ran = summarize(nominal), summarize(randomised)
-            train_returns = [e['r'] for e in list(self.model.ep_info_buffer)[-10:]]
+            train_returns = [e['r'] for e in list(self.model.ep_info_buffer or [])[-10:]]
             upright = run_episode(act, SimRotaryInvertedPendulumEnv(eval_task), 30_000, 'upright')
             row = {
                 'step': step,

@@ -42,6 +42,7 @@ def _finetune(tmp_path, *extra):
         f'runs_dir:={tmp_path / "runs"}',
         f'params_file:={_params_file(tmp_path)}',
         'resume_buffer:=auto',
+        'policy:=auto',
         *extra,
     ]
     proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=300)
@@ -54,6 +55,8 @@ def test_v4_short_finetune_holds_rate_learns_and_resumes(tmp_path):
     proc, s = _finetune(tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert s['episodes'] == 3 and s['resumed_buffer'] is None
+    # policy:=auto starts a new run from the shipped pre-trained policy...
+    assert s['policy'] == str(REPO / 'policies' / 'sim_50hz' / 'policy.safetensors')
     ticks = s['ticks']
     assert abs(ticks['measured_rate_hz'] - 50.0) <= 0.5  # loose; bench e2e has the 0.1 % one
     assert ticks['n_violations'] == 0
@@ -77,6 +80,8 @@ def test_v4_short_finetune_holds_rate_learns_and_resumes(tmp_path):
     proc2, s2 = _finetune(tmp_path)
     assert proc2.returncode == 0, proc2.stdout[-3000:] + proc2.stderr[-3000:]
     assert s2['resumed_buffer'] and 'resumed from' in proc2.stdout
+    # ...and a second one from the first one's latest policy (critics beside it).
+    assert s2['policy'] == str(run / 'policy_latest.safetensors')
     _, meta2 = buffer_store.load(
         run / 'replay_buffer.safetensors', rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
     )

@@ -200,6 +200,9 @@ class ControlLoop:
         serial_errors_in_row = 0
         obs: np.ndarray | None = None
         reset_result: bool | None = None  # set when a reset finished (settled or not)
+        # A reset begins (engage + first read: serial traffic) on a tick of its own, inside
+        # the serial-error handling, so a timeout there counts like any other.
+        begin_reset_due = False
         try:
             env.begin_reset()
             st.phase = 'reset'
@@ -242,6 +245,11 @@ class ControlLoop:
                     self.transitions.flush_held_from_rt()
 
                 try:
+                    if begin_reset_due:
+                        env.begin_reset()
+                        begin_reset_due = False
+                        serial_errors_in_row = 0
+                        continue
                     if not in_episode and reset_result is None:
                         done, settled = env.reset_step()
                         if done:
@@ -266,7 +274,7 @@ class ControlLoop:
                             in_episode = False
                             if cfg.episodes and st.episodes >= cfg.episodes:
                                 break
-                            env.begin_reset()
+                            begin_reset_due = True
                             st.phase = 'reset'
                             serial_errors_in_row = 0
                             continue
@@ -294,7 +302,7 @@ class ControlLoop:
                         # The transition chain is broken: drop this episode's tail, reset.
                         self.transitions.discard_held_from_rt()
                         in_episode = False
-                        env.begin_reset()
+                        begin_reset_due = True
                         st.phase = 'reset'
             # A clean stop: nothing violated, so what is still held back is good data.
             self.transitions.flush_held_from_rt()

@@ -667,7 +667,11 @@ class ControlNode(LifecycleNode):
             )
             if st.violations or self._fault is not None:
                 level = DiagnosticStatus.ERROR
-                message = f'stopped: {type(self._fault).__name__}' if self._fault else 'violation'
+                message = (
+                    f'stopped: {type(self._fault).__name__}: {self._fault}'
+                    if self._fault
+                    else 'violation'
+                )
             elif state == 'active' and abs(rate - s.task.rate_hz) > 0.01 * s.task.rate_hz:
                 level, message = DiagnosticStatus.WARN, f'tick rate {rate:.2f} Hz'
             elif st.serial_errors or self._weights_rejected:

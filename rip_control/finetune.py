@@ -153,6 +153,8 @@ class _Monitor:
         self.episodes: list[dict[str, float]] = []
         self.learner: dict[str, str] = {}
         self.control: dict[str, str] = {}
+        self.control_message = ''
+        self.activated = False
         node.create_subscription(
             Float64MultiArray, f'{control_fqn}/episode', self._on_episode, 100
         )
@@ -183,6 +185,13 @@ class _Monitor:
                 self.learner = values
             elif st.name.endswith(': control loop'):
                 self.control = values
+                self.control_message = st.message
+                if values.get('lifecycle_state') == 'active':
+                    self.activated = True
+
+    def control_left_active(self) -> bool:
+        """The control node was active and is not any more (the runner did not ask)."""
+        return self.activated and self.control.get('lifecycle_state') not in (None, 'active')
 
 
 def run(
@@ -269,11 +278,11 @@ def run(
                         f'{child.spec.label} exited with status {child.proc.returncode}: '
                         + ' | '.join(child.tail[-3:])
                     )
-            if (
-                monitor.control.get('lifecycle_state') == 'inactive'
-                and monitor.control.get('violations', '0') != '0'
-            ):
-                raise RunFailed('the control node left active after a timing violation')
+            if monitor.control_left_active():
+                raise RunFailed(
+                    'the control node left active on its own: '
+                    f'{monitor.control_message or "no reason given"} (motor disengaged)'
+                )
             if episodes and len(monitor.episodes) >= episodes:
                 if complete is None or complete(episodes):
                     break

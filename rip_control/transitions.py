@@ -102,6 +102,22 @@ def unpack(
     )
 
 
+def check_period(t: Transition, rate_hz: float, tolerance_s: float) -> Transition:
+    """Refuse a transition whose measured dt is further than ``tolerance_s`` from ``1/rate``.
+
+    The learner applies this to live and recorded transitions alike: a stretched tick never
+    trains the critic, however it arrived.
+    """
+    period = 1.0 / rate_hz
+    if abs(t.dt_s - period) > tolerance_s:
+        raise TransitionRejected(
+            'dt',
+            f'measured dt {t.dt_s * 1e3:.3f} ms is not within '
+            f'{tolerance_s * 1e3:g} ms of the {period * 1e3:g} ms period',
+        )
+    return t
+
+
 def _slices(layout: tuple[tuple[str, int], ...]) -> dict[str, slice]:
     out, offset = {}, 0
     for label, size in layout:

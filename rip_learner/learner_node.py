@@ -38,11 +38,12 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
+from rip_control.bags import BagRejected, read_transitions
 from rip_control.control_node import TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.env import ACTION_SIZE, OBS_SIZE
 from rip_control.node_params import Param, declare, spin_until_shutdown
 from rip_control.policy import PolicyRejected, encode_actor, load_actor_file
-from rip_control.transitions import Transition, TransitionRejected, unpack
+from rip_control.transitions import Transition, TransitionRejected, check_period, unpack
 from rip_learner import buffer_store
 from rip_learner.buffer_store import BufferMeta, BufferRejected, atomic_write_bytes
 from rip_learner.sac import (
@@ -76,6 +77,7 @@ class LearnerSettings:
     max_chunk: int
     dt_tolerance_s: float
     resume_buffer: str
+    resume_bags: tuple[str, ...]
     policy: str
     run_dir: Path
     publish_every_steps: int
@@ -99,6 +101,7 @@ PARAMETERS = (
     Param('max_chunk', 32, 'largest train() call, in gradient steps', 1, 10000),
     Param('dt_tolerance_ms', 5.0, 'largest |dt - 1/rate_hz| a transition may have', 0.01, 1e4),
     Param('resume_buffer', '', 'replay buffer file to continue from'),
+    Param('resume_bag', '', 'rosbag2 directories of transitions to import (comma-separated)'),
     Param('policy', '', 'initial actor weights (.safetensors)'),
     Param('run_name', 'default', 'outputs under runs/<run_name>'),
     Param('runs_dir', 'runs', 'parent directory of runs'),
@@ -130,6 +133,8 @@ class LearnerNode(Node):
         self.received = 0
         self.accepted = 0
         self.rejected: Counter[str] = Counter()
+        self.bag_rejected: Counter[str] = Counter()
+        self.bag_imported = 0
         self.added = 0
         self.added_after_start = 0
         self.train_calls = 0
@@ -142,6 +147,7 @@ class LearnerNode(Node):
         self._publish_t = 0.0
         self._diag_prev = (time.monotonic(), 0)
         self._resume(s)
+        self._import_bags(s)
         self._weights_pub = self.create_publisher(UInt8MultiArray, 'policy_weights', WEIGHTS_QOS)
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self._sub = self.create_subscription(
@@ -185,6 +191,7 @@ class LearnerNode(Node):
             max_chunk=p('max_chunk').value,
             dt_tolerance_s=p('dt_tolerance_ms').value / 1e3,
             resume_buffer=p('resume_buffer').value,
+            resume_bags=tuple(x.strip() for x in p('resume_bag').value.split(',') if x.strip()),
             policy=p('policy').value,
             run_dir=Path(p('runs_dir').value) / p('run_name').value,
             publish_every_steps=p('publish_every_steps').value,
@@ -255,6 +262,31 @@ class LearnerNode(Node):
             f'resumed {n} transitions from {s.resume_buffer}{note} (policy version {self.version})'
         )
 
+    def _import_bags(self, s: LearnerSettings) -> None:
+        """Fill the buffer from recorded bags, with the checks live transitions get."""
+        if not s.resume_bags:
+            return
+        try:
+            got = read_transitions(
+                s.resume_bags,
+                rate_hz=s.rate_hz,
+                obs_size=OBS_SIZE,
+                action_size=ACTION_SIZE,
+                dt_tolerance_s=s.dt_tolerance_s,
+            )
+        except BagRejected as exc:
+            raise LearnerConfigError(f'resume_bag refused: {exc}') from exc
+        self._inbox.extend(got.transitions)
+        self.bag_rejected = got.rejected
+        n = self._drain_inbox()
+        self.bag_imported = n
+        self.added_after_start = 0  # imported data is not owed K updates each
+        per_bag = ', '.join(f'{k}: {v}' for k, v in got.per_bag.items())
+        self.get_logger().info(
+            f'imported {n} transitions from {len(got.per_bag)} bag(s) ({per_bag}); '
+            f'{got.messages} messages read, rejected {dict(got.rejected) or "none"}'
+        )
+
     def _load_checkpoint(self, path: Path) -> None:
         try:
             load_checkpoint(self.model, path.read_bytes(), self.settings.rate_hz, str(path))
@@ -275,13 +307,7 @@ class LearnerNode(Node):
         try:
             labels = [(d.label, int(d.size)) for d in msg.layout.dim]
             t = unpack(labels, np.asarray(msg.data, dtype=np.float32), OBS_SIZE, ACTION_SIZE)
-            period = 1.0 / s.rate_hz
-            if abs(t.dt_s - period) > s.dt_tolerance_s:
-                raise TransitionRejected(
-                    'dt',
-                    f'measured dt {t.dt_s * 1e3:.3f} ms is not within '
-                    f'{s.dt_tolerance_s * 1e3:g} ms of the {period * 1e3:g} ms period',
-                )
+            check_period(t, s.rate_hz, s.dt_tolerance_s)
         except TransitionRejected as exc:
             self.rejected[exc.reason] += 1
             self.get_logger().warning(
@@ -408,6 +434,8 @@ class LearnerNode(Node):
             'transitions_accepted': self.accepted,
             'transitions_rejected': sum(self.rejected.values()),
             **{f'rejected_{k}': v for k, v in sorted(self.rejected.items())},
+            'bag_imported': self.bag_imported,
+            **{f'bag_rejected_{k}': v for k, v in sorted(self.bag_rejected.items())},
             'gradient_steps_done': self.updates,
             'train_calls': self.train_calls,
             'train_seconds': round(self.train_s, 3),

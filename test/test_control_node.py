@@ -195,3 +195,41 @@ def test_configure_refuses_an_initial_policy_trained_at_another_rate(control_rig
     log = rig.proc.stdout.read()
     assert 'trained at 100 Hz but this node runs at 50 Hz' in log, log[-2000:]
     assert str(path) in log
+
+
+def test_isolated_serial_errors_are_counted_and_survived(control_rig, ros_node):
+    # Every 37th frame is dropped: a 10 ms timeout now and then, in episodes, in resets and
+    # when a reset begins; never three in a row.
+    rig = control_rig(emulator_args=('--drop-every', '37'), episode_seconds=0.5)
+    col = Collector(ros_node, rig.name)
+    _active(rig)
+    deadline = time.monotonic() + 30
+    while not col.diagnostics or int(col.diagnostics[-1][2].get('serial_errors', 0)) < 8:
+        assert time.monotonic() < deadline, 'too few serial errors seen'
+        assert rig.driver.state() == 'active', col.diagnostics[-1:]
+        spin_for(ros_node, 0.2)
+    col.close()
+    assert rig.driver.state() == 'active' and rig.engaged_now()
+    assert col.transitions, 'no episode completed between the errors'
+    # A tick with a timeout never yields a transition: no stretched dt reaches a learner.
+    assert all(abs(t.dt_s - PERIOD_S) <= 0.005 for t in col.transitions)
+
+
+def test_a_stalled_rig_stops_the_loop_safely_after_bounded_retries(control_rig, ros_node):
+    rig = control_rig(
+        emulator_args=('--stall-every', '1', '--stall-ms', '60', '--faults-after', '8')
+    )
+    col = Collector(ros_node, rig.name)
+    _active(rig)
+    deadline = time.monotonic() + 25
+    while rig.driver.state() != 'inactive':
+        assert time.monotonic() < deadline, 'the loop never gave up on a stalled rig'
+        spin_for(ros_node, 0.1)
+    spin_for(ros_node, 1.2)
+    col.close()
+    assert not rig.engaged_now()
+    assert any(
+        lvl == DiagnosticStatus.ERROR and 'SerialFailure: 3 consecutive' in msg
+        for lvl, msg, _ in col.diagnostics
+    ), col.diagnostics[-1:]
+    assert all(abs(t.dt_s - PERIOD_S) <= 0.005 for t in col.transitions)

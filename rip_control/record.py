@@ -1,0 +1,99 @@
+"""Record the ``transitions`` topic into a rosbag2 bag, for machines without ``ros2 bag``.
+
+``python -m rip_control.record out:=runs/demo/transitions_bag rate:=50``
+
+Subscribes with the control node's QoS (reliable, volatile, depth 1000) and takes each
+message serialised, exactly as ``ros2 bag record /transitions`` would, into a standard rosbag2
+directory (MCAP storage, ``metadata.yaml``) with the rate in its ``custom_data``
+(:mod:`rip_control.bags`). It stops on Ctrl-C / SIGTERM or after ``duration_s``, and always
+closes the bag so ``metadata.yaml`` is written. The learner imports such bags with
+``resume_bag:=PATH``; ``ros2 bag play`` replays them into a learner on a full ROS 2 install.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from typing import Any
+
+from rip_control.launching import ensure_loopback_dds, options_help, parse_options
+from rip_control.node_params import Param
+
+OPTIONS = (
+    Param('out', 'transitions_bag', 'bag directory to create (must not exist)'),
+    Param(
+        'rate', 50.0, 'control rate of the recorded transitions, Hz (bag metadata)', 1.0, 1000.0
+    ),
+    Param('topic', '/transitions', 'topic to record'),
+    Param('duration_s', 0.0, 'stop after this long (0: until Ctrl-C)', 0.0, 1e9),
+)
+
+
+def record(opts: dict[str, Any], log: Any = print) -> int:
+    """Record until stopped; return the number of messages written."""
+    import rclpy
+    from rclpy.executors import ExternalShutdownException
+    from std_msgs.msg import Float32MultiArray
+
+    from rip_control.bags import BagWriter
+    from rip_control.control_node import TRANSITIONS_QOS
+    from rip_control.env import ACTION_SIZE, OBS_SIZE
+
+    writer = BagWriter(opts['out'], opts['rate'], OBS_SIZE, ACTION_SIZE)
+    rclpy.init(args=[])
+    node = rclpy.create_node('rip_record')
+
+    def on_message(data: bytes) -> None:
+        writer.write(data, time.time_ns())
+
+    node.create_subscription(
+        Float32MultiArray, opts['topic'], on_message, TRANSITIONS_QOS, raw=True
+    )
+    log(f'recording {opts["topic"]} at {opts["rate"]:g} Hz into {opts["out"]} (Ctrl-C stops)')
+    start = time.monotonic()
+    last_note = start
+
+    def _sigterm(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        while rclpy.ok():
+            rclpy.spin_once(node, timeout_sec=0.1)
+            now = time.monotonic()
+            if opts['duration_s'] and now - start >= opts['duration_s']:
+                break
+            if now - last_note >= 5.0:
+                log(f'{writer.count} transitions recorded')
+                last_note = now
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        writer.close()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    log(f'closed {opts["out"]}: {writer.count} transitions')
+    return writer.count
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``name:=value`` options (see ``--help``)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ('-h', '--help') for a in argv):
+        print(__doc__)
+        print('options (name:=value):\n' + options_help(OPTIONS))
+        return 0
+    try:
+        opts = parse_options(argv, OPTIONS)
+        ensure_loopback_dds()
+        record(opts, log=lambda line: print(line, flush=True))
+    except (ValueError, FileExistsError) as exc:
+        print(f'record: {exc}', file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

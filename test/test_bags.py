@@ -1,0 +1,230 @@
+"""Bags of transitions, imported by the learner with the checks live data gets.
+
+Written by an independent writer (``rosbags`` directly, as ``ros2 bag record`` would) and by
+our recorder from a live control node.
+"""
+
+import signal
+import subprocess
+import sys
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray
+import numpy as np
+import pytest
+import rclpy
+from rosbags.interfaces import (
+    Qos,
+    QosDurability,
+    QosHistory,
+    QosLiveliness,
+    QosReliability,
+    QosTime,
+)
+from rosbags.rosbag2 import StoragePlugin, Writer
+from rosbags.typesys import Stores, get_typestore
+from std_msgs.msg import Float64MultiArray
+
+from rip_control.bags import BagRejected, BagWriter, read_transitions, serialize
+from rip_control.emulator_process import child_env, stop_process
+from rip_control.env import ACTION_SIZE, OBS_SIZE
+from rip_control.transitions import Transition, field_layout
+
+LAYOUT = list(field_layout(OBS_SIZE, ACTION_SIZE))
+STORE = get_typestore(Stores.ROS2_KILTED)
+
+
+def _transition(step, dt=0.02, reward=1.0, episode=0, truncated=False):
+    return Transition(
+        episode,
+        step,
+        np.full(OBS_SIZE, step, np.float32),
+        np.array([0.1], np.float32),
+        reward,
+        np.full(OBS_SIZE, step + 1, np.float32),
+        False,
+        truncated,
+        dt,
+        1,
+    )
+
+
+def _independent_bag(path, storage, messages):
+    """A bag as `ros2 bag record /transitions` writes it: no rip_control code involved."""
+    msg_t = STORE.types['std_msgs/msg/Float32MultiArray']
+    layout_t = STORE.types['std_msgs/msg/MultiArrayLayout']
+    dim_t = STORE.types['std_msgs/msg/MultiArrayDimension']
+    zero = QosTime(0, 0)
+    qos = Qos(
+        QosHistory.KEEP_LAST,
+        1000,
+        QosReliability.RELIABLE,
+        QosDurability.VOLATILE,
+        zero,
+        zero,
+        QosLiveliness.AUTOMATIC,
+        zero,
+        False,
+    )
+    with Writer(path, version=9, storage_plugin=storage) as w:
+        conn = w.add_connection(
+            '/transitions',
+            'std_msgs/msg/Float32MultiArray',
+            typestore=STORE,
+            offered_qos_profiles=[qos],
+        )
+        other = w.add_connection('/chatter', 'std_msgs/msg/Float32MultiArray', typestore=STORE)
+        for i, (labels, data) in enumerate(messages):
+            dims = [dim_t(label=lbl, size=n, stride=0) for lbl, n in labels]
+            msg = msg_t(
+                layout=layout_t(dim=dims, data_offset=0), data=np.asarray(data, dtype=np.float32)
+            )
+            raw = STORE.serialize_cdr(msg, 'std_msgs/msg/Float32MultiArray')
+            w.write(conn, 1_000_000_000 + i * 20_000_000, raw)
+            w.write(other, 1_000_000_000 + i * 20_000_000, raw)  # another topic: ignored
+
+
+@pytest.mark.parametrize('storage', [StoragePlugin.MCAP, StoragePlugin.SQLITE3])
+def test_bags_from_an_independent_writer_import_with_per_transition_checks(tmp_path, storage):
+    good = [(LAYOUT, _transition(i).pack()) for i in range(20)]
+    stretched = [(LAYOUT, _transition(20, dt=0.05).pack())]
+    nan = _transition(21).pack()
+    nan[5] = np.nan
+    bad_layout = [(LAYOUT[::-1], _transition(22).pack())]
+    _independent_bag(tmp_path / 'b', storage, good + stretched + [(LAYOUT, nan)] + bad_layout)
+    got = read_transitions(
+        [tmp_path / 'b'],
+        rate_hz=50.0,
+        obs_size=OBS_SIZE,
+        action_size=ACTION_SIZE,
+        dt_tolerance_s=0.005,
+    )
+    assert got.messages == 23 and len(got.transitions) == 20
+    assert [t.step for t in got.transitions] == list(range(20))
+    assert got.rejected == {'dt': 1, 'non_finite': 1, 'layout': 1}
+    # Recorded without a rate tag: a 100 Hz learner refuses each transition by its dt.
+    got100 = read_transitions(
+        [tmp_path / 'b'],
+        rate_hz=100.0,
+        obs_size=OBS_SIZE,
+        action_size=ACTION_SIZE,
+        dt_tolerance_s=0.005,
+    )
+    assert not got100.transitions and got100.rejected['dt'] == 21
+
+
+def test_our_bags_are_tagged_with_the_rate_and_refused_at_another(tmp_path):
+    w = BagWriter(tmp_path / 'ours', 50.0, OBS_SIZE, ACTION_SIZE)
+    for i in range(5):
+        w.write(serialize(LAYOUT, _transition(i).pack()), time.time_ns())
+    w.close()
+    assert (tmp_path / 'ours' / 'metadata.yaml').exists()
+    assert list((tmp_path / 'ours').glob('*.mcap'))
+    with pytest.raises(BagRejected, match=r'recorded at 50 Hz but this learner runs at 100 Hz'):
+        read_transitions(
+            [tmp_path / 'ours'],
+            rate_hz=100.0,
+            obs_size=OBS_SIZE,
+            action_size=ACTION_SIZE,
+            dt_tolerance_s=0.005,
+        )
+    with pytest.raises(FileExistsError, match='not overwriting'):
+        BagWriter(tmp_path / 'ours', 50.0, OBS_SIZE, ACTION_SIZE)
+    # Several bags at once, in the order given.
+    _independent_bag(
+        tmp_path / 'theirs',
+        StoragePlugin.MCAP,
+        [(LAYOUT, _transition(100 + i).pack()) for i in range(3)],
+    )
+    got = read_transitions(
+        [tmp_path / 'ours', tmp_path / 'theirs'],
+        rate_hz=50.0,
+        obs_size=OBS_SIZE,
+        action_size=ACTION_SIZE,
+        dt_tolerance_s=0.005,
+    )
+    assert [t.step for t in got.transitions] == [0, 1, 2, 3, 4, 100, 101, 102]
+
+
+def test_missing_and_corrupt_bags_are_refused_by_name(tmp_path):
+    with pytest.raises(BagRejected, match='nowhere does not exist'):
+        read_transitions(
+            [tmp_path / 'nowhere'],
+            rate_hz=50.0,
+            obs_size=OBS_SIZE,
+            action_size=ACTION_SIZE,
+            dt_tolerance_s=0.005,
+        )
+    _independent_bag(tmp_path / 'b', StoragePlugin.MCAP, [(LAYOUT, _transition(0).pack())])
+    mcap = next((tmp_path / 'b').glob('*.mcap'))
+    mcap.write_bytes(b'\x89MCAP0\r\n' + b'garbage' * 50)
+    with pytest.raises(BagRejected, match=r'bag .*b cannot be read'):
+        read_transitions(
+            [tmp_path / 'b'],
+            rate_hz=50.0,
+            obs_size=OBS_SIZE,
+            action_size=ACTION_SIZE,
+            dt_tolerance_s=0.005,
+        )
+
+
+def _wait(node, cond, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, 'timed out'
+        rclpy.spin_once(node, timeout_sec=0.05)
+
+
+@pytest.mark.ros
+def test_recorder_bags_a_live_control_node_and_the_learner_imports_it(
+    control_rig, ros_node, learner_process, tmp_path
+):
+    bag = tmp_path / 'live_bag'
+    rec = subprocess.Popen(
+        [sys.executable, '-m', 'rip_control.record', f'out:={bag}', 'rate:=50'],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    rig = control_rig(episodes=1, episode_seconds=1.0)
+    _wait(ros_node, lambda: ros_node.count_subscribers('/transitions') >= 1, 30)
+    assert rig.driver.change('configure') and rig.driver.change('activate')
+    episodes = []
+    sub = ros_node.create_subscription(
+        Float64MultiArray, f'/{rig.name}/episode', episodes.append, 10
+    )
+    _wait(ros_node, lambda: episodes, 60)  # one 1 s episode at 50 Hz: 50 transitions
+    ros_node.destroy_subscription(sub)
+    assert stop_process(rec, signal.SIGINT, timeout_s=15) == 0
+    assert 'closed' in rec.stdout.read()
+    got = read_transitions(
+        [bag], rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE, dt_tolerance_s=0.005
+    )
+    assert len(got.transitions) == 50 and not got.rejected
+    assert got.transitions[-1].truncated and got.transitions[0].step == 0
+    # A learner fills its buffer from the bag at start and reports it in its diagnostics.
+    proc, name = learner_process(run_name='bagged', resume_bag=str(bag))
+    seen = {}
+
+    def on_diag(msg):
+        for st in msg.status:
+            if st.name.startswith(name):
+                seen.update({kv.key: kv.value for kv in st.values})
+
+    sub = ros_node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 10)
+    _wait(ros_node, lambda: 'bag_imported' in seen, 90)
+    ros_node.destroy_subscription(sub)
+    assert seen['bag_imported'] == '50' and int(seen['buffer_size']) == 50
+    assert stop_process(proc, signal.SIGINT, timeout_s=60) == 0
+    assert 'imported 50 transitions from 1 bag(s)' in proc.stdout.read()
+
+
+def test_learner_refuses_a_bag_from_another_rate_naming_both(tmp_path, learner_process):
+    w = BagWriter(tmp_path / 'b100', 100.0, OBS_SIZE, ACTION_SIZE)
+    w.write(serialize(LAYOUT, _transition(0, dt=0.01).pack()), time.time_ns())
+    w.close()
+    proc, _ = learner_process(run_name='r', resume_bag=str(tmp_path / 'b100'))
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 2
+    assert 'recorded at 100 Hz but this learner runs at 50 Hz' in out

@@ -26,7 +26,8 @@ from rip_control.env import RealRotaryInvertedPendulumEnv
 from rip_control.outbox import Outbox
 from rip_control.pacer import Pacer, TickTiming
 from rip_control.policy import PolicySnapshot
-from rip_control.rig_client import RigDisconnected, RigError
+from rip_control.protocol import ErrorCode
+from rip_control.rig_client import RigDisconnected, RigError, RigProtocolError
 from rip_control.telemetry import RunningStats
 from rip_control.transitions import Transition
 from rip_control.watchdog import HungLoopWatchdog, OverrunWatchdog, TimingViolation
@@ -298,11 +299,20 @@ class ControlLoop:
                         raise SerialFailure(
                             f'{serial_errors_in_row} consecutive serial errors, last: {exc}'
                         ) from exc
-                    if in_episode:
-                        # The transition chain is broken: drop this episode's tail, reset.
-                        self.transitions.discard_held_from_rt()
+                    refused = (
+                        isinstance(exc, RigProtocolError)
+                        and exc.error == ErrorCode.NOT_ENGAGED
+                    )
+                    if in_episode or refused:
+                        # In an episode the transition chain is broken: drop its tail and
+                        # reset. A refusal as not engaged means a stall outlasted the firmware
+                        # deadman: every voltage would be refused until the error limit, so
+                        # the reset starts over and engages again.
+                        if in_episode:
+                            self.transitions.discard_held_from_rt()
                         in_episode = False
                         begin_reset_due = True
+                        reset_result = None
                         st.phase = 'reset'
             # A clean stop: nothing violated, so what is still held back is good data.
             self.transitions.flush_held_from_rt()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 from pathlib import Path
 import tempfile
 from typing import Any
@@ -42,6 +43,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument('--eval-seconds', type=float, default=10.0)
     ap.add_argument('--runs-dir', default='', help='where the runs go (default: a temp dir)')
     ap.add_argument('--plots', default='', help='folder for the PNGs (default: beside --json)')
+    ap.add_argument(
+        '--reuse-async',
+        action='store_true',
+        help='take (b) from an earlier run in --runs-dir instead of fine-tuning again',
+    )
     ap.add_argument('--json', default='')
 
 
@@ -78,20 +84,25 @@ def bench_v5(a: argparse.Namespace) -> dict[str, Any]:
         )
     policies = {'sim_only': a.policy}
 
-    print(f'-- (b) asynchronous fine-tune on {a.rig}', flush=True)
-    ft = finetune.run(
-        {
-            'policy': a.policy,
-            'rig_params': a.rig,
-            'rate': str(a.rate),
-            'episodes': str(a.episodes),
-            'episode_seconds': str(a.episode_seconds),
-            'gradient_steps': str(a.gradient_steps),
-            'run_name': 'async_finetune',
-            'runs_dir': str(runs),
-        },
-        stream_logs=False,
-    )
+    summary_path = runs / 'async_finetune' / 'summary.json'
+    if a.reuse_async and summary_path.exists():
+        print(f'-- (b) reusing the asynchronous fine-tune in {summary_path.parent}', flush=True)
+        ft = json.loads(summary_path.read_text())
+    else:
+        print(f'-- (b) asynchronous fine-tune on {a.rig}', flush=True)
+        ft = finetune.run(
+            {
+                'policy': a.policy,
+                'rig_params': a.rig,
+                'rate': str(a.rate),
+                'episodes': str(a.episodes),
+                'episode_seconds': str(a.episode_seconds),
+                'gradient_steps': str(a.gradient_steps),
+                'run_name': 'async_finetune',
+                'runs_dir': str(runs),
+            },
+            stream_logs=False,
+        )
     if ft['failure']:
         raise RuntimeError(f'asynchronous fine-tune failed: {ft["failure"]}')
     policies['async_finetuned'] = str(runs / 'async_finetune' / 'policy_latest.safetensors')
@@ -138,6 +149,7 @@ def bench_v5(a: argparse.Namespace) -> dict[str, Any]:
                 'ticks': tick_stats(sync_dt, np.maximum(sync_dt - period, 0.0), a.rate),
                 'episode_returns': sync.episode_returns,
                 'deadman_trips': sync.deadman_trips,
+                'serial_timeouts': sync.serial_timeouts,
                 'wall_s': sync.wall_s,
             },
         },

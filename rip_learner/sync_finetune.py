@@ -7,8 +7,9 @@ gradient updates run between steps in the same thread, so every tick that follow
 stretched period and is then deployed at the configured rate.
 
 A stretched step can outlast the firmware's deadman (100 ms): the rig disengages and refuses
-the next voltage. A user of this pattern would end the episode there and reset (the reset
-engages the motor again); :class:`DeadmanTolerantEnv` does exactly that and counts it.
+the next voltage; and a read can time out. A user of this pattern would end the episode there
+and reset (the reset engages the motor again); :class:`DeadmanTolerantEnv` does exactly that
+and counts both.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import numpy as np
 
 from rip_control.env import RealRotaryInvertedPendulumEnv, TaskConfig
 from rip_control.policy import encode_actor
-from rip_control.rig_client import LowLevelClient, RigProtocolError
+from rip_control.protocol import ErrorCode
+from rip_control.rig_client import LowLevelClient, RigProtocolError, RigTimeout
 from rip_learner.buffer_store import atomic_write_bytes
 from rip_learner.sac import (
     SacConfig,
@@ -38,30 +40,43 @@ POLICY_FILE = 'policy.safetensors'
 
 
 class DeadmanTolerantEnv(gym.Wrapper):
-    """Ends the episode (truncated) when the rig refuses a step after its deadman tripped."""
+    """Ends the episode (truncated) on a refused voltage (deadman) or a serial timeout."""
 
-    def __init__(self, env: RealRotaryInvertedPendulumEnv) -> None:
+    def __init__(self, env: RealRotaryInvertedPendulumEnv, reset_attempts: int = 5) -> None:
         super().__init__(env)
         self.rig = env
         self.deadman_trips = 0
+        self.serial_timeouts = 0
+        self.reset_attempts = reset_attempts
         self._last_obs: np.ndarray | None = None
 
     def reset(self, **kwargs: Any) -> Any:
-        """Reset the rig (engages the motor again)."""
-        obs, info = self.env.reset(**kwargs)
+        """Reset the rig (engages the motor again); a timeout retries, a few times."""
+        for attempt in range(self.reset_attempts):
+            try:
+                obs, info = self.env.reset(**kwargs)
+                break
+            except RigTimeout:
+                self.serial_timeouts += 1
+                if attempt == self.reset_attempts - 1:
+                    raise
         self._last_obs = obs
         return obs, info
 
     def step(self, action: Any) -> Any:
-        """Step; a refused voltage ends the episode instead of the run."""
+        """Step; a refused voltage or a timeout ends the episode instead of the run."""
         try:
             obs, reward, terminated, truncated, info = self.env.step(action)
         except RigProtocolError as exc:
-            if 'NOT_ENGAGED' not in str(exc):
+            if exc.error != ErrorCode.NOT_ENGAGED:
                 raise
             self.deadman_trips += 1
             assert self._last_obs is not None
             return self._last_obs, 0.0, False, True, {'deadman': True}
+        except RigTimeout:
+            self.serial_timeouts += 1
+            assert self._last_obs is not None
+            return self._last_obs, 0.0, False, True, {'serial_timeout': True}
         self._last_obs = obs
         return obs, reward, terminated, truncated, info
 
@@ -74,6 +89,7 @@ class SyncResult:
     episodes: int
     steps: int
     deadman_trips: int
+    serial_timeouts: int
     dt_s: list[float]
     episode_returns: list[float]
     wall_s: float
@@ -143,7 +159,8 @@ def sync_finetune(
                     log(
                         f'sync episode {len(returns):3d}: return {self.ret:8.2f}, real rate '
                         f'{1.0 / recent.mean() if recent.size else float("nan"):5.1f} Hz '
-                        f'(configured {rate_hz:g}), deadman trips so far {env.deadman_trips}'
+                        f'(configured {rate_hz:g}), deadman trips {env.deadman_trips}, serial '
+                        f'timeouts {env.serial_timeouts} so far'
                     )
                     self.ret = 0.0
                 return len(returns) < episodes
@@ -160,6 +177,7 @@ def sync_finetune(
         episodes=len(returns),
         steps=len(dts),
         deadman_trips=env.deadman_trips,
+        serial_timeouts=env.serial_timeouts,
         dt_s=dts,
         episode_returns=returns,
         wall_s=time.monotonic() - t0,

@@ -300,8 +300,7 @@ class ControlLoop:
                             f'{serial_errors_in_row} consecutive serial errors, last: {exc}'
                         ) from exc
                     refused = (
-                        isinstance(exc, RigProtocolError)
-                        and exc.error == ErrorCode.NOT_ENGAGED
+                        isinstance(exc, RigProtocolError) and exc.error == ErrorCode.NOT_ENGAGED
                     )
                     if in_episode or refused:
                         # In an episode the transition chain is broken: drop its tail and

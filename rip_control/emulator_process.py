@@ -24,6 +24,21 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def die_with_parent() -> None:
+    """``preexec_fn``: the child gets SIGTERM if the process that started it dies (Linux).
+
+    A runner killed with SIGKILL then still stops its control node (which disengages on
+    SIGTERM), its learner (which saves) and its emulator, instead of leaving orphans.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's own stop path remains
+        pass
+
+
 def stop_process(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout_s: float = 15.0) -> int:
     """Signal a child (SIGINT: its clean exit path), wait bounded, kill if it hangs; its status."""
     if proc.poll() is None:
@@ -66,6 +81,7 @@ class EmulatorProcess:
             stderr=subprocess.PIPE,
             text=True,
             env=child_env(),
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only, no locks taken
         )
         assert self.proc.stdout is not None
         sel = selectors.DefaultSelector()

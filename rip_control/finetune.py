@@ -30,7 +30,12 @@ import threading
 import time
 from typing import Any
 
-from rip_control.emulator_process import EmulatorProcess, child_env, stop_process
+from rip_control.emulator_process import (
+    EmulatorProcess,
+    child_env,
+    die_with_parent,
+    stop_process,
+)
 from rip_control.launching import (
     CONTROL,
     LAUNCH_ARGUMENTS,
@@ -125,6 +130,7 @@ class _Child:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only, no locks taken
         )
         self.tail: list[str] = []
         self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
@@ -173,8 +179,7 @@ class _Monitor:
         )
         if self.learner:
             line += (
-                f'learner updates {int(ep["learner_updates"])}, '
-                f'buffer {int(ep["buffer_size"])}, '
+                f'learner updates {int(ep["learner_updates"])}, buffer {int(ep["buffer_size"])}, '
             )
         _say(line + f'policy v{int(ep["policy_version"])}')
 
@@ -402,22 +407,27 @@ def _summarise(
             summary['ticks'] = stats
             _plots(run_dir, z['dt_s'][1:], float(values['rate']), eps)
     rate = summary.get('ticks', {}).get('measured_rate_hz', float('nan'))
-    print(
-        '\n== summary ==\n'
-        f'run folder      {run_dir}\n'
-        f'buffer          {"resumed from " + resumed if resumed else "fresh"}; now '
-        f'{monitor.learner.get("buffer_size", "?")} transitions\n'
-        f'episodes        {len(eps)}, returns '
-        + ', '.join(f'{e["return"]:.1f}' for e in eps)
-        + '\n'
-        f'tick rate       {rate:.4f} Hz (target {values["rate"]}), violations '
-        f'{summary.get("ticks", {}).get("n_violations", "?")}\n'
-        f'learner         {monitor.learner.get("gradient_steps_done", "?")} updates, '
-        f'{monitor.learner.get("updates_per_transition", "?")} per transition, policy '
-        f'v{monitor.learner.get("policy_version_published", "?")}\n'
-        f'policy versions used per episode: {summary["policy_versions"]}',
-        flush=True,
+    lines = [f'run folder      {run_dir}']
+    if monitor.learner:
+        lines.append(
+            f'buffer          {"resumed from " + resumed if resumed else "fresh"}; now '
+            f'{monitor.learner.get("buffer_size", "?")} transitions'
+        )
+    lines.append(
+        f'episodes        {len(eps)}, returns ' + ', '.join(f'{e["return"]:.1f}' for e in eps)
     )
+    lines.append(
+        f'tick rate       {rate:.4f} Hz (target {values["rate"]}), violations '
+        f'{summary.get("ticks", {}).get("n_violations", "?")}'
+    )
+    if monitor.learner:
+        lines.append(
+            f'learner         {monitor.learner.get("gradient_steps_done", "?")} updates, '
+            f'{monitor.learner.get("updates_per_transition", "?")} per transition, policy '
+            f'v{monitor.learner.get("policy_version_published", "?")}'
+        )
+    lines.append(f'policy versions used per episode: {summary["policy_versions"]}')
+    print('\n== summary ==\n' + '\n'.join(lines), flush=True)
     return summary
 
 

@@ -104,7 +104,7 @@ def sync_finetune(
     policy: str = '',
     cfg: SacConfig | None = None,
     episode_seconds: float = 6.0,
-    learning_starts: int = 256,
+    learning_starts: int = 0,
     log: Any = print,
 ) -> SyncResult:
     """Fine-tune ``policy`` (with its critics, if saved beside it) by ``SAC.learn()``.
@@ -113,6 +113,8 @@ def sync_finetune(
     :param out: folder for the fine-tuned ``policy.safetensors`` and ``sync_finetune.json``.
     :param rate_hz: the rate the env paces itself to, and the rate the result is tagged with
         (it is meant for deployment at this rate, whatever rate it really ran at).
+    :param learning_starts: SB3 acts uniformly at random until this many steps, so a
+        fine-tune from a pre-trained policy starts at 0 (and trains from the first step).
     """
     from stable_baselines3.common.callbacks import BaseCallback
 

@@ -233,3 +233,31 @@ def test_a_stalled_rig_stops_the_loop_safely_after_bounded_retries(control_rig, 
         for lvl, msg, _ in col.diagnostics
     ), col.diagnostics[-1:]
     assert all(abs(t.dt_s - PERIOD_S) <= 0.005 for t in col.transitions)
+
+
+def test_a_vanished_rig_is_detected_and_the_node_reconfigures_when_it_returns(
+    control_rig, ros_node, start_emulator
+):
+    rig = control_rig()
+    col = Collector(ros_node, rig.name)
+    _active(rig)
+    spin_for(ros_node, 0.5)
+    rig.emulator.proc.kill()  # the serial device vanishes mid-run
+    t0 = time.monotonic()
+    while rig.driver.state() != 'inactive':
+        assert time.monotonic() - t0 < 5.0, 'the vanished rig was never detected'
+        spin_for(ros_node, 0.05)
+    detected_s = time.monotonic() - t0
+    spin_for(ros_node, 1.2)
+    col.close()
+    assert detected_s < 2.0
+    assert any(
+        lvl == DiagnosticStatus.ERROR and 'stopped:' in msg for lvl, msg, _ in col.diagnostics
+    )
+    # The rig comes back at the same device path: cleanup, configure, activate work again.
+    back = start_emulator('--events', name=f'rig_{rig.name}')
+    assert back.link == rig.emulator.link
+    assert rig.driver.change('cleanup') and rig.driver.change('configure')
+    assert rig.driver.change('activate')
+    assert back.wait_for_line('EVENT', 5.0) is not None, 'the node never engaged the new rig'
+    assert rig.driver.state() == 'active'

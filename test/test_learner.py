@@ -11,7 +11,7 @@ from std_msgs.msg import Float32MultiArray, MultiArrayDimension, UInt8MultiArray
 
 from rip_control.control_node import TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.env import ACTION_SIZE, OBS_SIZE
-from rip_control.policy import decode_actor
+from rip_control.policy import PolicyMeta, decode_actor, encode_actor, random_actor
 from rip_control.transitions import Transition, field_layout
 from rip_learner import buffer_store
 from rip_learner.buffer_store import BufferMeta
@@ -165,3 +165,15 @@ def test_learner_refuses_a_corrupt_buffer_and_overwrites_nothing(tmp_path, learn
     assert proc.returncode == 2
     assert 'checksum' in out and str(path) in out
     assert path.read_bytes() == bytes(data)  # the user's file is left as it was
+
+
+def test_learner_refuses_an_initial_policy_trained_at_another_rate(tmp_path, learner_process):
+    actor = random_actor(OBS_SIZE, ACTION_SIZE, (64, 64), 100.0, version=1)
+    path = tmp_path / 'sim_100hz.safetensors'
+    path.write_bytes(
+        encode_actor(PolicyMeta(1, 100.0, OBS_SIZE, ACTION_SIZE, (64, 64)), actor.tensors)
+    )
+    proc, _ = learner_process(run_name='p', policy=str(path))
+    out, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 2
+    assert 'trained at 100 Hz but this node runs at 50 Hz' in out

@@ -216,6 +216,7 @@ def run(
         them; after the last episode summary the runner waits for it (at most 5 s).
     """
     import rclpy
+    from rclpy.signals import SignalHandlerOptions
 
     from rip_control.lifecycle_driver import LifecycleDriver
 
@@ -240,7 +241,9 @@ def run(
         f'{control_spec.params["episode_seconds"]} s, DDS {rng} domain {domain}, {what}',
         flush=True,
     )
-    rclpy.init(args=[])
+    # Ctrl-C must reach our own stop path as KeyboardInterrupt with the context still up
+    # (rclpy's handler would shut the context down under the safe-stop sequence).
+    rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node(f'rip_finetune_{os.getpid()}')
     children: list[_Child] = []
     emulator: EmulatorProcess | None = None

@@ -34,6 +34,7 @@ def record(opts: dict[str, Any], log: Any = print) -> int:
     """Record until stopped; return the number of messages written."""
     import rclpy
     from rclpy.executors import ExternalShutdownException
+    from rclpy.signals import SignalHandlerOptions
     from std_msgs.msg import Float32MultiArray
 
     from rip_control.bags import BagWriter
@@ -41,7 +42,9 @@ def record(opts: dict[str, Any], log: Any = print) -> int:
     from rip_control.env import ACTION_SIZE, OBS_SIZE
 
     writer = BagWriter(opts['out'], opts['rate'], OBS_SIZE, ACTION_SIZE)
-    rclpy.init(args=[])
+    # Ctrl-C must reach our own stop path as KeyboardInterrupt with the context still up
+    # (rclpy's handler would shut the context down under the safe-stop sequence).
+    rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node('rip_record')
 
     def on_message(data: bytes) -> None:

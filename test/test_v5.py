@@ -109,7 +109,9 @@ def test_v5_short_runs_all_three_ways_and_writes_json_and_plots(tmp_path):
     for d in doc['deployment'].values():
         assert d['summary']['episodes'] == 1
     assert abs(doc['finetune']['async']['ticks']['measured_rate_hz'] - 50.0) < 0.5
-    assert doc['finetune']['sync']['ticks']['n_ticks'] >= 50
+    # One sync episode: it may end early (random actor at the arm limit, deadman).
+    assert len(doc['finetune']['sync']['episode_returns']) == 1
+    assert doc['finetune']['sync']['ticks']['n_ticks'] > 0
     for suffix in ('balance_hist', 'dt_hist', 'learning_curve'):
         assert (tmp_path / f'v5_rig_shifted_heavy_{suffix}.png').stat().st_size > 1000
     assert '(c) sync fine-tune' in proc.stdout

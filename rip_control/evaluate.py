@@ -16,6 +16,7 @@ changes per second) and tick statistics. It writes ``runs/<run_name>/evaluation.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 import json
 from pathlib import Path
 import sys
@@ -40,15 +41,19 @@ class TransitionRecorder:
         self.ticks: dict[int, list[Any]] = defaultdict(list)
         self.rejected = 0
 
-    def attach(self, node: Any) -> None:
-        """Subscribe ``node`` to ``/transitions`` with the control node's QoS."""
+    def attach(self, node: Any) -> Callable[[], bool]:
+        """Subscribe ``node`` to ``/transitions`` with the control node's QoS.
+
+        :returns: whether a publisher has matched (the runner waits for it before activating).
+        """
         from std_msgs.msg import Float32MultiArray
 
         from rip_control.control_node import TRANSITIONS_QOS
 
-        node.create_subscription(
+        sub = node.create_subscription(
             Float32MultiArray, '/transitions', self._on_transition, TRANSITIONS_QOS
         )
+        return lambda: sub.get_publisher_count() > 0
 
     def _on_transition(self, msg: Any) -> None:
         from rip_control.transitions import TransitionRejected, unpack

@@ -203,15 +203,16 @@ def run(
     args: dict[str, str],
     stream_logs: bool = True,
     learn: bool = True,
-    observe: Callable[[Any], None] | None = None,
+    observe: Callable[[Any], Callable[[], bool]] | None = None,
     complete: Callable[[int], bool] | None = None,
 ) -> dict[str, Any]:
     """Run the fine-tune; return the summary (also written to the run folder).
 
     :param learn: False deploys the policy without a learner (see :func:`plan`).
     :param observe: called with the runner's node before anything starts, to add
-        subscriptions (the evaluation's transition recorder); the runner then waits for the
-        control node's ``transitions`` publisher to match before activating it.
+        subscriptions (the evaluation's transition recorder); it returns a readiness check
+        (its subscription matched the control node's publisher) that the runner waits for,
+        bounded, between configuring and activating the control node.
     :param complete: ``complete(episodes)`` tells whether the observer has received all of
         them; after the last episode summary the runner waits for it (at most 5 s).
     """
@@ -251,8 +252,7 @@ def run(
     interrupted = False
     driver = LifecycleDriver(node, control_spec.fqn)
     monitor = _Monitor(node, control_spec.fqn)
-    if observe is not None:
-        observe(node)
+    observer_ready = observe(node) if observe is not None else None
     started = time.monotonic()
     done_at: float | None = None
 
@@ -274,8 +274,8 @@ def run(
             raise RunFailed('the control node never offered its lifecycle services')
         if not driver.change('configure'):
             raise RunFailed('the control node refused to configure (see [control] log)')
-        if observe is not None:
-            _wait_for_transitions_publisher(node, timeout_s=10.0)
+        if observer_ready is not None:
+            _wait_until(node, observer_ready, 10.0, 'no transitions publisher matched')
         if not driver.change('activate'):
             raise RunFailed('the control node refused to activate (see [control] log)')
         while True:
@@ -347,14 +347,14 @@ def _wait_for_learner(node: Any, children: list[_Child], timeout_s: float) -> No
         rclpy.spin_once(node, timeout_sec=0.1)
 
 
-def _wait_for_transitions_publisher(node: Any, timeout_s: float) -> None:
-    """Block (bounded) until the configured control node's ``transitions`` publisher is seen."""
+def _wait_until(node: Any, ready: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Spin (bounded) until ``ready()``; :class:`RunFailed` naming ``what`` otherwise."""
     import rclpy
 
     deadline = time.monotonic() + timeout_s
-    while node.count_publishers('/transitions') == 0:
+    while not ready():
         if time.monotonic() > deadline:
-            raise RunFailed(f'no transitions publisher appeared within {timeout_s:g} s')
+            raise RunFailed(f'{what} within {timeout_s:g} s')
         rclpy.spin_once(node, timeout_sec=0.05)
 
 

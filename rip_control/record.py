@@ -50,9 +50,10 @@ def record(opts: dict[str, Any], log: Any = print) -> int:
     def on_message(data: bytes) -> None:
         writer.write(data, time.time_ns())
 
-    node.create_subscription(
+    sub = node.create_subscription(
         Float32MultiArray, opts['topic'], on_message, TRANSITIONS_QOS, raw=True
     )
+    matched = 0
     log(f'recording {opts["topic"]} at {opts["rate"]:g} Hz into {opts["out"]} (Ctrl-C stops)')
     start = time.monotonic()
     last_note = start
@@ -64,6 +65,9 @@ def record(opts: dict[str, Any], log: Any = print) -> int:
     try:
         while rclpy.ok():
             rclpy.spin_once(node, timeout_sec=0.1)
+            if sub.get_publisher_count() != matched:
+                matched = sub.get_publisher_count()
+                log(f'{matched} publisher(s) matched on {opts["topic"]}')
             now = time.monotonic()
             if opts['duration_s'] and now - start >= opts['duration_s']:
                 break

@@ -7,6 +7,7 @@ our recorder from a live control node.
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray
@@ -187,9 +188,20 @@ def test_recorder_bags_a_live_control_node_and_the_learner_imports_it(
         stderr=subprocess.STDOUT,
         text=True,
     )
+    lines, matched = [], threading.Event()
+
+    def read():
+        for line in rec.stdout:
+            lines.append(line)
+            if 'publisher(s) matched' in line and not line.startswith('0 '):
+                matched.set()
+
+    threading.Thread(target=read, daemon=True).start()
     rig = control_rig(episodes=1, episode_seconds=1.0)
-    _wait(ros_node, lambda: ros_node.count_subscribers('/transitions') >= 1, 30)
-    assert rig.driver.change('configure') and rig.driver.change('activate')
+    assert rig.driver.change('configure')
+    # The recorder's own subscription reports the match: no transition can be missed.
+    assert matched.wait(30), ''.join(lines)
+    assert rig.driver.change('activate')
     episodes = []
     sub = ros_node.create_subscription(
         Float64MultiArray, f'/{rig.name}/episode', episodes.append, 10
@@ -197,7 +209,10 @@ def test_recorder_bags_a_live_control_node_and_the_learner_imports_it(
     _wait(ros_node, lambda: episodes, 60)  # one 1 s episode at 50 Hz: 50 transitions
     ros_node.destroy_subscription(sub)
     assert stop_process(rec, signal.SIGINT, timeout_s=15) == 0
-    assert 'closed' in rec.stdout.read()
+    deadline = time.monotonic() + 5
+    while not any('closed' in line for line in lines):
+        assert time.monotonic() < deadline, ''.join(lines)
+        time.sleep(0.05)
     got = read_transitions(
         [bag], rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE, dt_tolerance_s=0.005
     )

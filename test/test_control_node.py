@@ -261,3 +261,19 @@ def test_a_vanished_rig_is_detected_and_the_node_reconfigures_when_it_returns(
     assert rig.driver.change('activate')
     assert back.wait_for_line('EVENT', 5.0) is not None, 'the node never engaged the new rig'
     assert rig.driver.state() == 'active'
+
+
+def test_a_frozen_control_host_is_caught_by_the_firmware_deadman(control_rig):
+    # SIGSTOP freezes every thread of the control process, watchdogs included: only the
+    # firmware's own deadman (100 ms) can stop the motor now.
+    rig = control_rig()
+    _active(rig)
+    t0 = time.monotonic()
+    rig.proc.send_signal(signal.SIGSTOP)
+    try:
+        t_off = rig.wait_disengaged_after(t0, timeout_s=2.0)
+    finally:
+        rig.proc.send_signal(signal.SIGCONT)
+    assert t_off is not None, 'the motor kept running under a frozen host'
+    assert t_off - t0 < 0.1 + 0.05  # deadman plus one control period of slack
+    assert any('deadman' in what for t, what in rig.emulator.events() if t >= t0)

@@ -626,7 +626,10 @@ class ControlNode(LifecycleNode):
     # -- diagnostics -----------------------------------------------------------------------
 
     def _publish_diagnostics(self) -> None:
-        status = DiagnosticStatus(name=f'{self.get_name()}: control loop', hardware_id='rip_rig')
+        status = DiagnosticStatus(
+            name=f'{self.get_fully_qualified_name().lstrip("/")}: control loop',
+            hardware_id=f'rip_rig{self.get_namespace().rstrip("/")}',
+        )
         loop, s, snapshot = self._loop, self._settings, self._snapshot
         state = self._state_machine.current_state[1]
         values: dict[str, Any] = {'lifecycle_state': state}

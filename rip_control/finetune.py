@@ -40,6 +40,7 @@ from rip_control.launching import (
     CONTROL,
     LAUNCH_ARGUMENTS,
     LEARNER,
+    RIG_REMAPS,
     ProcessSpec,
     ensure_loopback_dds,
     launch_default,
@@ -74,17 +75,20 @@ def plan(
     """
     params = node_parameters(args)
     values = {a.name: args.get(a.name, launch_default(a)) for a in LAUNCH_ARGUMENTS}
+    try:
+        rigs = int(values['rigs'])
+    except ValueError:
+        raise ValueError(f'rigs:={values["rigs"]} is not a whole number') from None
+    if not 1 <= rigs <= 16:
+        raise ValueError(f'rigs:={rigs} is outside [1, 16]')
     specs = []
     control, learner = params[CONTROL], params[LEARNER]
-    if not control.get('serial_port'):
-        link = values['emulator_link']
-        if 'emulator_link' not in args and pid is not None:
-            link = f'/tmp/rip_rig_{pid}'  # one per runner: concurrent runs never share a rig
-        emu_args = ['--link', link]
-        if values['rig_params']:
-            emu_args += ['--params', values['rig_params']]
-        specs.append(ProcessSpec('emulator', 'rig_emulator', args=emu_args))
-        control['serial_port'] = link
+    ports = [x.strip() for x in str(control.get('serial_port') or '').split(',') if x.strip()]
+    if ports and len(ports) != rigs:
+        raise ValueError(f'serial_port lists {len(ports)} port(s) but rigs:={rigs}')
+    link = values['emulator_link']
+    if 'emulator_link' not in args and pid is not None:
+        link = f'/tmp/rip_rig_{pid}'  # one per runner: concurrent runs never share a rig
     run_dir = Path(str(learner.get('runs_dir', 'runs'))) / str(learner['run_name'])
     if learner.get('resume_buffer') == 'auto':
         candidate = run_dir / BUFFER_FILE
@@ -92,11 +96,38 @@ def plan(
     if control.get('policy') == 'auto':
         policy = resolve_auto_policy(run_dir, float(control['rate_hz']))
         control['policy'] = learner['policy'] = str(policy)
+    if not learn:
+        control.update(stochastic_actions=False, allow_random_policy=False)
+    controls = []
+    for i in range(rigs):
+        one = rigs == 1
+        rig = dict(control)
+        if ports:
+            rig['serial_port'] = ports[i]
+        else:
+            rig_link = link if one else f'{link}_{i}'
+            emu_args = ['--link', rig_link]
+            if values['rig_params']:
+                emu_args += ['--params', values['rig_params']]
+            label = 'emulator' if one else f'emulator{i}'
+            specs.append(ProcessSpec(label, 'rig_emulator', args=emu_args))
+            rig['serial_port'] = rig_link
+        if not one:
+            rig['run_name'] = f'{control["run_name"]}/rig{i}'
+            rig['seed'] = int(control.get('seed', 0)) + i  # exploration differs per rig
+        controls.append(
+            ProcessSpec(
+                'control' if one else f'control{i}',
+                'control_node',
+                'rip_control',
+                namespace='' if one else f'rig{i}',
+                params=rig,
+                remaps={} if one else dict(RIG_REMAPS),
+            )
+        )
     if learn:
         specs.append(ProcessSpec('learner', 'learner_node', 'rip_learner', params=learner))
-    else:
-        control.update(stochastic_actions=False, allow_random_policy=False)
-    specs.append(ProcessSpec('control', 'control_node', 'rip_control', params=control))
+    specs.extend(controls)
     return specs, values
 
 
@@ -152,10 +183,12 @@ class _Child:
 class _Monitor:
     """Subscribes to what the runner reports: episode summaries and learner diagnostics."""
 
-    def __init__(self, node: Any, control_fqn: str) -> None:
+    def __init__(self, node: Any, control_fqn: str, label: str = '') -> None:
         from diagnostic_msgs.msg import DiagnosticArray
         from std_msgs.msg import Float64MultiArray
 
+        self.label = label
+        self.control_status_name = f'{control_fqn.lstrip("/")}: control loop'
         self.episodes: list[dict[str, float]] = []
         self.learner: dict[str, str] = {}
         self.control: dict[str, str] = {}
@@ -181,14 +214,15 @@ class _Monitor:
             line += (
                 f'learner updates {int(ep["learner_updates"])}, buffer {int(ep["buffer_size"])}, '
             )
-        _say(line + f'policy v{int(ep["policy_version"])}')
+        prefix = f'[{self.label}] ' if self.label else ''
+        _say(prefix + line + f'policy v{int(ep["policy_version"])}')
 
     def _on_diag(self, msg: Any) -> None:
         for st in msg.status:
             values = {kv.key: kv.value for kv in st.values}
             if st.name.endswith(': learner'):
                 self.learner = values
-            elif st.name.endswith(': control loop'):
+            elif st.name == self.control_status_name:
                 self.control = values
                 self.control_message = st.message
                 if values.get('lifecycle_state') == 'active':
@@ -223,11 +257,15 @@ def run(
 
     rng, domain = ensure_loopback_dds()
     specs, values = plan(args, pid=os.getpid(), learn=learn)
-    control_spec = next(s for s in specs if s.label == 'control')
+    control_specs = [s for s in specs if s.executable == 'control_node']
+    control_spec = control_specs[0]
     learner_spec = next((s for s in specs if s.label == 'learner'), None)
-    run_dir = Path(str(control_spec.params['runs_dir'])) / str(control_spec.params['run_name'])
+    run_dir = Path(str(values['runs_dir'])) / str(values['run_name'])
     run_dir.mkdir(parents=True, exist_ok=True)
-    control_spec.params['tick_trace'] = str(run_dir / 'ticks.npz')
+    for spec in control_specs:
+        spec_dir = Path(str(spec.params['runs_dir'])) / str(spec.params['run_name'])
+        spec_dir.mkdir(parents=True, exist_ok=True)
+        spec.params['tick_trace'] = str(spec_dir / 'ticks.npz')
     episodes = int(control_spec.params.get('episodes', 0))
     resumed = str(learner_spec.params.get('resume_buffer', '')) if learner_spec else ''
     what = (
@@ -239,7 +277,9 @@ def run(
     print(
         f'{"fine-tune" if learn else "evaluation"} {values["run_name"]!r}: '
         f'{control_spec.params["rate_hz"]} Hz, {episodes or "unlimited"} episodes x '
-        f'{control_spec.params["episode_seconds"]} s, DDS {rng} domain {domain}, {what}',
+        f'{control_spec.params["episode_seconds"]} s'
+        + (f' on each of {len(control_specs)} rigs' if len(control_specs) > 1 else '')
+        + f', DDS {rng} domain {domain}, {what}',
         flush=True,
     )
     # Ctrl-C must reach our own stop path as KeyboardInterrupt with the context still up
@@ -247,11 +287,13 @@ def run(
     rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node(f'rip_finetune_{os.getpid()}')
     children: list[_Child] = []
-    emulator: EmulatorProcess | None = None
+    emulators: list[EmulatorProcess] = []
     failure = ''
     interrupted = False
-    driver = LifecycleDriver(node, control_spec.fqn)
-    monitor = _Monitor(node, control_spec.fqn)
+    many = len(control_specs) > 1
+    drivers = [LifecycleDriver(node, spec.fqn) for spec in control_specs]
+    monitors = [_Monitor(node, spec.fqn, spec.namespace if many else '') for spec in control_specs]
+    monitor = monitors[0]
     observer_ready = observe(node) if observe is not None else None
     started = time.monotonic()
     done_at: float | None = None
@@ -264,20 +306,22 @@ def run(
         for spec in specs:
             if spec.executable == 'rig_emulator':
                 link = spec.args[spec.args.index('--link') + 1]
-                emulator = EmulatorProcess(link, spec.args[2:]).start()
-                print(f'[emulator] {emulator.ready_line.strip()}', flush=True)
+                emulators.append(EmulatorProcess(link, spec.args[2:]).start())
+                print(f'[{spec.label}] {emulators[-1].ready_line.strip()}', flush=True)
             else:
                 children.append(_Child(spec, stream_logs))
         if learner_spec is not None:
             _wait_for_learner(node, children, timeout_s=180.0)
-        if not driver.wait_for_services(30.0):
-            raise RunFailed('the control node never offered its lifecycle services')
-        if not driver.change('configure'):
-            raise RunFailed('the control node refused to configure (see [control] log)')
+        for spec, driver in zip(control_specs, drivers, strict=True):
+            if not driver.wait_for_services(30.0):
+                raise RunFailed(f'{spec.fqn} never offered its lifecycle services')
+            if not driver.change('configure'):
+                raise RunFailed(f'{spec.fqn} refused to configure (see [{spec.label}] log)')
         if observer_ready is not None:
             _wait_until(node, observer_ready, 10.0, 'no transitions publisher matched')
-        if not driver.change('activate'):
-            raise RunFailed('the control node refused to activate (see [control] log)')
+        for spec, driver in zip(control_specs, drivers, strict=True):
+            if not driver.change('activate'):
+                raise RunFailed(f'{spec.fqn} refused to activate (see [{spec.label}] log)')
         while True:
             rclpy.spin_once(node, timeout_sec=0.1)
             for child in children:
@@ -286,12 +330,13 @@ def run(
                         f'{child.spec.label} exited with status {child.proc.returncode}: '
                         + ' | '.join(child.tail[-3:])
                     )
-            if monitor.control_left_active():
-                raise RunFailed(
-                    'the control node left active on its own: '
-                    f'{monitor.control_message or "no reason given"} (motor disengaged)'
-                )
-            if episodes and len(monitor.episodes) >= episodes:
+            for spec, mon in zip(control_specs, monitors, strict=True):
+                if mon.control_left_active():
+                    raise RunFailed(
+                        f'{spec.fqn} left active on its own: '
+                        f'{mon.control_message or "no reason given"} (motor disengaged)'
+                    )
+            if episodes and all(len(m.episodes) >= episodes for m in monitors):
                 if complete is None or complete(episodes):
                     break
                 if done_at is None:
@@ -306,7 +351,7 @@ def run(
         failure = str(exc)
         print(f'FAILED: {failure}', file=sys.stderr, flush=True)
     finally:
-        codes = _shutdown(driver, children, emulator)
+        codes = _shutdown(drivers, children, emulators)
         signal.signal(signal.SIGTERM, old_term)
         node.destroy_node()
         rclpy.try_shutdown()
@@ -314,8 +359,19 @@ def run(
         if code not in (0, -signal.SIGINT) and not failure:
             child = next(c for c in children if c.spec.label == label)
             failure = f'{label} exited with status {code}: ' + ' | '.join(child.tail[-3:])
-    summary = _summarise(run_dir, monitor, values, resumed, time.monotonic() - started)
+    wall = time.monotonic() - started
+    if many:
+        per_rig = []
+        for spec, mon in zip(control_specs, monitors, strict=True):
+            rig_dir = Path(str(spec.params['runs_dir'])) / str(spec.params['run_name'])
+            print(f'\n[{spec.namespace}]', end='')
+            per_rig.append({'rig': spec.namespace, **_summarise(rig_dir, mon, values, '', wall)})
+        summary = {**per_rig[0], 'run_dir': str(run_dir), 'rigs': per_rig}
+        summary['episodes'] = min(r['episodes'] for r in per_rig)
+    else:
+        summary = _summarise(run_dir, monitor, values, resumed, wall)
     summary.update(
+        resumed_buffer=resumed or None,
         failure=failure,
         interrupted=interrupted,
         exit_codes=codes,
@@ -359,26 +415,30 @@ def _wait_until(node: Any, ready: Callable[[], bool], timeout_s: float, what: st
 
 
 def _shutdown(
-    driver: Any, children: list[_Child], emulator: EmulatorProcess | None
+    drivers: list[Any], children: list[_Child], emulators: list[EmulatorProcess]
 ) -> dict[str, int]:
-    """Safe order: control deactivated (motor off), learner saved, control ended, emulator."""
+    """Stop in the safe order; return each child's exit status.
+
+    Every control node is deactivated (motor off), then ended; then the learner (it saves);
+    then the emulators.
+    """
     codes: dict[str, int] = {}
-    try:
-        if driver.state(timeout_s=2.0) == 'active':
-            driver.change('deactivate', timeout_s=5.0)
-    except (TimeoutError, RuntimeError) as exc:
-        print(f'could not deactivate the control node ({exc}); stopping it by signal', flush=True)
-    by_label = {c.spec.label: c for c in children}
-    for label in ('control', 'learner'):
-        child = by_label.get(label)
-        if child is None:
-            continue
-        if label == 'control':
-            # SIGINT also disengages (the node's own exit path) if deactivate did not answer.
-            codes[label] = child.stop(signal.SIGINT, timeout_s=15.0)
-        else:
-            codes[label] = child.stop(signal.SIGINT, timeout_s=60.0)
-    if emulator is not None:
+    for driver in drivers:
+        try:
+            if driver.state(timeout_s=2.0) == 'active':
+                driver.change('deactivate', timeout_s=5.0)
+        except (TimeoutError, RuntimeError) as exc:
+            print(
+                f'could not deactivate {driver.target} ({exc}); stopping it by signal', flush=True
+            )
+    controls = [c for c in children if c.spec.executable == 'control_node']
+    others = [c for c in children if c.spec.executable != 'control_node']
+    for child in controls:
+        # SIGINT also disengages (the node's own exit path) if deactivate did not answer.
+        codes[child.spec.label] = child.stop(signal.SIGINT, timeout_s=15.0)
+    for child in others:
+        codes[child.spec.label] = child.stop(signal.SIGINT, timeout_s=60.0)
+    for emulator in emulators:
         emulator.stop()
     return codes
 

@@ -46,6 +46,7 @@ class ProcessSpec:
     :param namespace: ROS namespace ('' for none).
     :param params: ROS parameters.
     :param args: plain command-line arguments (non-ROS processes).
+    :param remaps: ROS topic remappings, ``{from: to}``.
     """
 
     label: str
@@ -54,6 +55,7 @@ class ProcessSpec:
     namespace: str = ''
     params: dict[str, Any] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
+    remaps: dict[str, str] = field(default_factory=dict)
 
     def command(self) -> list[str]:
         """The ``python -m`` command line that starts it."""
@@ -63,6 +65,8 @@ class ProcessSpec:
         cmd += ['--ros-args', '-r', f'__node:={self.node_name}']
         if self.namespace:
             cmd += ['-r', f'__ns:=/{self.namespace.strip("/")}']
+        for src, dst in self.remaps.items():
+            cmd += ['-r', f'{src}:={dst}']
         for key, value in self.params.items():
             cmd += ['-p', f'{key}:={param_text(value)}']
         return cmd
@@ -149,6 +153,12 @@ LAUNCH_ARGUMENTS = (
         "YAML with both nodes' parameters (default: the installed config/finetune.yaml)",
     ),
     LaunchArgument('rig_params', '', 'emulator physics YAML (empty: QUBE-Servo 2)'),
+    LaunchArgument(
+        'rigs',
+        '1',
+        'control nodes (namespaces rig0, rig1...) feeding the one learner; serial_port takes '
+        'a comma-separated port per rig, or empty for an emulator each',
+    ),
     LaunchArgument('emulator_link', '/tmp/rip_rig', 'where the emulator links its pty'),
 )
 
@@ -179,6 +189,10 @@ def packaged_policy(rate_hz: float) -> Path:
         return share / 'policies' / name / 'policy.safetensors'
     except ImportError:  # no ROS 2 install: the source tree's path (may not exist)
         return here
+
+
+RIG_REMAPS = {'transitions': '/transitions', 'policy_weights': '/policy_weights'}
+"""With several rigs, every control node publishes into and listens on the learner's topics."""
 
 
 def launch_default(a: LaunchArgument) -> str:

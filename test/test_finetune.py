@@ -236,3 +236,23 @@ def test_stopping_the_runner_disengages_the_motor_and_saves_the_buffer(
         action_size=ACTION_SIZE,
     )
     assert meta.count > 0
+
+
+def test_two_rigs_feed_one_learner_and_both_get_its_weights(tmp_path):
+    proc, s = _finetune(tmp_path, 'rigs:=2', 'episode_seconds:=1.5')
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [r['rig'] for r in s['rigs']] == ['rig0', 'rig1']
+    run = tmp_path / 'runs' / 'v4'
+    for r in s['rigs']:
+        assert r['episodes'] == 3 and r['ticks']['n_violations'] == 0
+        assert abs(r['ticks']['measured_rate_hz'] - 50.0) <= 0.5
+        assert (run / r['rig'] / 'timing.csv').exists()
+        # The learner's weights reached this rig: its policy version rose during the run.
+        assert r['policy_versions'][-1] > r['policy_versions'][0], r['policy_versions']
+    _, meta = buffer_store.load(
+        run / 'replay_buffer.safetensors', rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+    )
+    # One buffer holds both rigs' episodes: 2 rigs x 3 episodes x 75 transitions (a first
+    # transition sent before DDS discovery completed may be missing; one rig alone is 225).
+    assert 2 * 3 * 75 - 4 <= meta.count <= 2 * 3 * 75
+    assert '[rig0] episode' in proc.stdout and '[rig1] episode' in proc.stdout

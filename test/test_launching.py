@@ -90,3 +90,39 @@ def test_every_node_parameter_of_the_yaml_is_declared_by_the_nodes():
     declared = {p.name for p in CONTROL_PARAMETERS}
     assert set(doc[CONTROL]['ros__parameters']) <= declared
     assert set(doc[LEARNER]['ros__parameters']) <= {p.name for p in PARAMETERS}
+
+
+def test_the_launch_file_builds_its_processes_from_the_runners_plan():
+    tree = ast.parse(LAUNCH.read_text())
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == 'rip_control.finetune'
+        for alias in node.names
+    }
+    assert 'plan' in imported
+
+
+def test_a_plan_for_several_rigs_gives_each_its_namespace_emulator_and_folder():
+    specs, _ = finetune.plan({'rigs': '3', 'run_name': 'many'}, pid=7)
+    controls = [s for s in specs if s.executable == 'control_node']
+    emulators = [s for s in specs if s.executable == 'rig_emulator']
+    assert [s.namespace for s in controls] == ['rig0', 'rig1', 'rig2']
+    assert [s.fqn for s in controls] == [
+        '/rig0/rip_control',
+        '/rig1/rip_control',
+        '/rig2/rip_control',
+    ]
+    links = [s.args[s.args.index('--link') + 1] for s in emulators]
+    assert links == ['/tmp/rip_rig_7_0', '/tmp/rip_rig_7_1', '/tmp/rip_rig_7_2']
+    assert [s.params['serial_port'] for s in controls] == links
+    assert [s.params['run_name'] for s in controls] == ['many/rig0', 'many/rig1', 'many/rig2']
+    assert len({s.params['seed'] for s in controls}) == 3
+    for s in controls:
+        assert s.remaps == {'transitions': '/transitions', 'policy_weights': '/policy_weights'}
+        assert '-r' in s.command() and 'transitions:=/transitions' in s.command()
+    assert sum(s.executable == 'learner_node' for s in specs) == 1
+    with pytest.raises(ValueError, match=r'serial_port lists 1 port\(s\) but rigs:=2'):
+        finetune.plan({'rigs': '2', 'serial_port': '/dev/ttyUSB0'})
+    with pytest.raises(ValueError, match=r'rigs:=0 is outside \[1, 16\]'):
+        finetune.plan({'rigs': '0'})

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+import functools
 import math
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ class BagRejected(ValueError):
     """A bag that must not be imported; the message names the bag and the problem."""
 
 
+@functools.cache
 def _typestore() -> Any:
     from rosbags.typesys import Stores, get_typestore
 

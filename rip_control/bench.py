@@ -393,11 +393,25 @@ def bench_e2e(a: argparse.Namespace) -> dict[str, Any]:
         'gradient_steps': str(a.gradient_steps),
         'run_name': 'e2e',
         'runs_dir': str(workdir / 'runs'),
+        'rigs': str(a.rigs),
     }
     summary = finetune.run(args, stream_logs=False)
     learner = summary.get('learner', {})
+    rigs = summary.get('rigs') or [summary]
+    ingest = None
+    if learner.get('transitions_received') and summary.get('wall_seconds'):
+        ingest = float(learner['transitions_received']) / float(summary['wall_seconds'])
     doc = {
         'benchmark': 'e2e',
+        'rigs': [
+            {
+                'rig': r.get('rig', ''),
+                'ticks': r.get('ticks', {}),
+                'returns': r.get('episode_returns'),
+            }
+            for r in rigs
+        ],
+        'learner_transitions_per_wall_second': ingest,
         'args': args,
         'control_node': summary.get('ticks', {}),
         'episode_returns': summary.get('episode_returns'),
@@ -410,7 +424,13 @@ def bench_e2e(a: argparse.Namespace) -> dict[str, Any]:
         ),
         'failure': summary.get('failure'),
     }
-    _print_stats('fine-tune control node', doc['control_node'])
+    for r in doc['rigs']:
+        if r['ticks']:
+            _print_stats(f'fine-tune control node {r["rig"]}'.strip(), r['ticks'])
+        else:
+            print(f'{r["rig"] or "control node"}: no tick trace (it stopped early)')
+    if ingest is not None:
+        print(f'learner ingest: {ingest:.1f} transitions per wall second (resets included)')
     return doc
 
 
@@ -446,6 +466,61 @@ def bench_learner_throughput(a: argparse.Namespace) -> dict[str, Any]:
                 flush=True,
             )
     return {'benchmark': 'learner-throughput', 'sb3_train_alone': rows}
+
+
+def bench_bag_roundtrip(a: argparse.Namespace) -> dict[str, Any]:
+    """Write N transitions into a rosbag2 bag (MCAP) and import them with the learner's checks."""
+    from rip_control.bags import BagWriter, read_transitions, serialize
+    from rip_control.env import ACTION_SIZE, OBS_SIZE
+    from rip_control.transitions import Transition, field_layout
+
+    layout = list(field_layout(OBS_SIZE, ACTION_SIZE))
+    rng = np.random.default_rng(0)
+    path = Path(tempfile.mkdtemp(prefix='rip_bag_')) / 'bag'
+    period = 1.0 / a.rate
+    t0 = time.perf_counter()
+    writer = BagWriter(path, a.rate, OBS_SIZE, ACTION_SIZE)
+    for i in range(a.transitions):
+        t = Transition(
+            i // 300,
+            i % 300,
+            rng.standard_normal(OBS_SIZE).astype(np.float32),
+            rng.uniform(-1, 1, ACTION_SIZE).astype(np.float32),
+            float(rng.standard_normal()),
+            rng.standard_normal(OBS_SIZE).astype(np.float32),
+            False,
+            i % 300 == 299,
+            period + float(rng.normal(0.0, 1e-4)),
+            1,
+        )
+        writer.write(serialize(layout, t.pack()), time.time_ns())
+    writer.close()
+    write_s = time.perf_counter() - t0
+    size = sum(f.stat().st_size for f in path.iterdir())
+    t0 = time.perf_counter()
+    got = read_transitions(
+        [path], rate_hz=a.rate, obs_size=OBS_SIZE, action_size=ACTION_SIZE, dt_tolerance_s=0.005
+    )
+    read_s = time.perf_counter() - t0
+    doc = {
+        'benchmark': 'bag-roundtrip',
+        'transitions': a.transitions,
+        'rate_hz': a.rate,
+        'write_s': write_s,
+        'write_per_s': a.transitions / write_s,
+        'read_and_check_s': read_s,
+        'read_per_s': a.transitions / read_s,
+        'imported': len(got.transitions),
+        'rejected': dict(got.rejected),
+        'bytes': size,
+        'bytes_per_transition': size / a.transitions,
+    }
+    print(
+        f'{a.transitions} transitions: written {doc["write_per_s"]:.0f}/s, read and checked '
+        f'{doc["read_per_s"]:.0f}/s, {doc["bytes_per_transition"]:.0f} B each, '
+        f'{doc["imported"]} imported, rejected {doc["rejected"] or "none"}'
+    )
+    return doc
 
 
 def timing_table(paths: list[str]) -> str:
@@ -537,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument('--episodes', type=int, default=10)
     e.add_argument('--episode-seconds', type=float, default=6.0)
     e.add_argument('--gradient-steps', type=int, default=4)
+    e.add_argument('--rigs', type=int, default=1, help='control nodes feeding the learner')
     e.add_argument('--json', default='')
     th = sub.add_parser('learner-throughput', help='SB3 train() updates/s by configuration')
     th.add_argument('--hidden', nargs='+', default=['256,256', '128,128', '64,64'])
@@ -548,6 +624,10 @@ def main(argv: list[str] | None = None) -> int:
 
     v5 = sub.add_parser('v5', help='V5: sim-only vs async vs sync fine-tune on a shifted rig')
     bench_v5.add_arguments(v5)
+    bg = sub.add_parser('bag-roundtrip', help='write and import a rosbag2 bag of transitions')
+    bg.add_argument('--transitions', type=int, default=30_000)
+    bg.add_argument('--rate', type=float, default=50.0)
+    bg.add_argument('--json', default='')
     tb = sub.add_parser('table', help='markdown table of timing result files')
     tb.add_argument('files', nargs='+')
     vt = sub.add_parser('v5-table', help='markdown table of V5 result files')
@@ -566,6 +646,7 @@ def main(argv: list[str] | None = None) -> int:
         'e2e': bench_e2e,
         'learner-throughput': bench_learner_throughput,
         'v5': bench_v5.bench_v5,
+        'bag-roundtrip': bench_bag_roundtrip,
     }
     _write_json(a.json, runners[a.bench](a))
     return 0

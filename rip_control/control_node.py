@@ -193,6 +193,7 @@ class ControlNode(LifecycleNode):
         self._episodes_done = 0
         self._last_episode: EpisodeSummary | None = None
         self._rt_notes: list[str] = []
+        self._mem_note = 'memory not locked'
         self._control_fifo = False
         self._diag_prev: tuple[float, int] = (time.monotonic(), 0)
         self._trace: list[tuple[float, float, float]] = []
@@ -274,6 +275,11 @@ class ControlNode(LifecycleNode):
         self._snapshot = PolicySnapshot(actor)
         self._csv = TimingCsv(s.run_dir / 'timing.csv')
         self._create_entities()
+        # Lock the process's memory here, at normal priority, not in the control thread:
+        # faulting in a few hundred MB takes ~0.4 s, which at SCHED_FIFO on the control CPU
+        # starved everything else there (measured with 3 rigs: emulators timed out).
+        # MCL_FUTURE covers what is allocated later.
+        self._mem_note = lock_memory() or 'memory locked'
         self.get_logger().info(
             f'configured: {s.task.rate_hz:g} Hz on {s.serial_port} (protocol '
             f'v{info.protocol_version}, deadman {info.deadman_timeout_ms} ms), policy version '
@@ -411,8 +417,7 @@ class ControlNode(LifecycleNode):
         if s.fifo_priority > 0:
             err = set_fifo(s.fifo_priority)
             notes.append(err or f'SCHED_FIFO {s.fifo_priority}')
-        err = lock_memory()
-        notes.append(err or 'memory locked')
+        notes.append(self._mem_note)  # locked at configure
         # Collect now, then keep the collector from pausing a tick: what exists is frozen
         # out of the young generations and automatic collection is off while active.
         if s.gc_off:

@@ -115,6 +115,12 @@ def plan(
         if not one:
             rig['run_name'] = f'{control["run_name"]}/rig{i}'
             rig['seed'] = int(control.get('seed', 0)) + i  # exploration differs per rig
+            # Control threads spread over the CPUs from the last one down, and at distinct
+            # FIFO priorities: two equal-priority FIFO threads on one CPU do not time-slice,
+            # so one's final spin-wait to its deadline would hold the other off.
+            ncpu = os.cpu_count() or 1
+            rig['control_cpu'] = (ncpu - 1 - i) % ncpu
+            rig['fifo_priority'] = max(1, int(control.get('fifo_priority', 80)) - i)
         controls.append(
             ProcessSpec(
                 'control' if one else f'control{i}',
@@ -319,9 +325,11 @@ def run(
                 raise RunFailed(f'{spec.fqn} refused to configure (see [{spec.label}] log)')
         if observer_ready is not None:
             _wait_until(node, observer_ready, 10.0, 'no transitions publisher matched')
-        for spec, driver in zip(control_specs, drivers, strict=True):
+        for spec, driver, mon in zip(control_specs, drivers, monitors, strict=True):
             if not driver.change('activate'):
                 raise RunFailed(f'{spec.fqn} refused to activate (see [{spec.label}] log)')
+            mon.activated = True  # from now on, leaving active on its own is a failure
+            mon.control = {}  # what came before activating says nothing now
         while True:
             rclpy.spin_once(node, timeout_sec=0.1)
             for child in children:
@@ -330,8 +338,13 @@ def run(
                         f'{child.spec.label} exited with status {child.proc.returncode}: '
                         + ' | '.join(child.tail[-3:])
                     )
-            for spec, mon in zip(control_specs, monitors, strict=True):
+            for spec, mon, driver in zip(control_specs, monitors, drivers, strict=True):
+                # The diagnostics hint (they may predate the activation); the node's own
+                # lifecycle service decides.
                 if mon.control_left_active():
+                    if driver.state(timeout_s=2.0) == 'active':
+                        mon.control = {}  # a stale report from before the activation
+                        continue
                     raise RunFailed(
                         f'{spec.fqn} left active on its own: '
                         f'{mon.control_message or "no reason given"} (motor disengaged)'

@@ -115,11 +115,10 @@ def plan(
         if not one:
             rig['run_name'] = f'{control["run_name"]}/rig{i}'
             rig['seed'] = int(control.get('seed', 0)) + i  # exploration differs per rig
-            # Control threads spread over the CPUs from the last one down, and at distinct
-            # FIFO priorities: two equal-priority FIFO threads on one CPU do not time-slice,
-            # so one's final spin-wait to its deadline would hold the other off.
-            ncpu = os.cpu_count() or 1
-            rig['control_cpu'] = (ncpu - 1 - i) % ncpu
+            # Distinct FIFO priorities: equal-priority FIFO threads on one CPU do not
+            # time-slice, so one's final spin-wait to its deadline would hold another off.
+            # (Spreading the rigs over both CPUs of this 2-core machine measured worse: the
+            # one on CPU 0 tripped its watchdog among the emulators and the learner.)
             rig['fifo_priority'] = max(1, int(control.get('fifo_priority', 80)) - i)
         controls.append(
             ProcessSpec(

@@ -196,6 +196,7 @@ class ControlNode(LifecycleNode):
         self._mem_note = 'memory not locked'
         self._control_fifo = False
         self._diag_prev: tuple[float, int] = (time.monotonic(), 0)
+        self._rate_warn_armed = False
         self._trace: list[tuple[float, float, float]] = []
         self._last_tick_pub = 0.0
         self._learner_stats = (0, 0.0)  # train calls, train seconds: from the weights metadata
@@ -361,6 +362,10 @@ class ControlNode(LifecycleNode):
         self._fault = None
         self._stop.clear()
         self._trace = []
+        # The tick rate in the diagnostics counts from here; the first report after an
+        # activation also spans the control thread's start-up, so it never warns.
+        self._diag_prev = (time.monotonic(), 0)
+        self._rate_warn_armed = False
         self._start_publisher_thread()
         self._control_thread = threading.Thread(
             target=self._control_main, name='rip-control-loop', daemon=True
@@ -680,10 +685,16 @@ class ControlNode(LifecycleNode):
                     if self._fault
                     else 'violation'
                 )
-            elif state == 'active' and abs(rate - s.task.rate_hz) > 0.01 * s.task.rate_hz:
+            elif (
+                state == 'active'
+                and self._rate_warn_armed
+                and abs(rate - s.task.rate_hz) > 0.01 * s.task.rate_hz
+            ):
                 level, message = DiagnosticStatus.WARN, f'tick rate {rate:.2f} Hz'
             elif st.serial_errors or self._weights_rejected:
                 level, message = DiagnosticStatus.WARN, 'serial errors or rejected weights'
+            if state == 'active':
+                self._rate_warn_armed = True
         status.level = level
         status.message = message
         status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]

@@ -11,7 +11,7 @@ import pytest
 import rclpy
 from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
-from rip_control.control_node import WEIGHTS_QOS
+from rip_control.control_node import TICK_QOS, WEIGHTS_QOS
 from rip_control.emulator_process import stop_process
 from rip_control.env import ACTION_SIZE, OBS_SIZE
 from rip_control.policy import PolicyMeta, encode_actor, random_actor
@@ -277,3 +277,72 @@ def test_a_frozen_control_host_is_caught_by_the_firmware_deadman(control_rig):
     assert t_off is not None, 'the motor kept running under a frozen host'
     assert t_off - t0 < 0.1 + 0.05  # deadman plus one control period of slack
     assert any('deadman' in what for t, what in rig.emulator.events() if t >= t0)
+
+
+def test_monitoring_as_rqt_sees_it_lifecycle_events_diagnostics_and_plottable_topics(
+    control_rig, ros_node
+):
+    from lifecycle_msgs.msg import TransitionEvent
+    from std_msgs.msg import Float64MultiArray
+
+    rig = control_rig(episode_seconds=1.0)
+    events, ticks, episodes = [], [], []
+    subs = [
+        ros_node.create_subscription(
+            TransitionEvent, f'/{rig.name}/transition_event', events.append, 10
+        ),
+        # Best effort, as sensor-style data is (rqt_plot matches a publisher's QoS).
+        ros_node.create_subscription(
+            Float64MultiArray, f'/{rig.name}/tick', ticks.append, TICK_QOS
+        ),
+        ros_node.create_subscription(
+            Float64MultiArray, f'/{rig.name}/episode', episodes.append, 10
+        ),
+    ]
+    col = Collector(ros_node, rig.name)
+    _active(rig)
+    t0 = time.monotonic()
+    deadline = t0 + 20
+    while not episodes:
+        assert time.monotonic() < deadline, 'no episode summary'
+        spin_for(ros_node, 0.1)
+    spin_for(ros_node, 1.5)
+    elapsed = time.monotonic() - t0
+    for sub in subs:
+        ros_node.destroy_subscription(sub)
+    col.close()
+    # The standard lifecycle transition events, in order.
+    goals = [e.goal_state.label for e in events]
+    assert goals[:4] == ['configuring', 'inactive', 'activating', 'active'], goals
+    # rqt_robot_monitor: a stable name, a hardware id, OK while clean, ~1 Hz, numeric values.
+    statuses = [(lvl, msg, vals) for lvl, msg, vals in col.diagnostics]
+    assert 2 <= len(statuses) <= elapsed + 2
+    active = [(lvl, msg) for lvl, msg, v in statuses if v['lifecycle_state'] == 'active']
+    assert active and all(lvl == DiagnosticStatus.OK for lvl, _ in active), active
+    last = statuses[-1][2]
+    for key in ('tick_rate_hz', 'target_rate_hz', 'violations', 'serial_errors'):
+        float(last[key])  # plottable
+    assert abs(float(last['tick_rate_hz']) - 50.0) < 1.0
+    # rqt_plot: labelled numeric arrays, the tick topic at the tick rate (capped at 100 Hz).
+    assert ticks and all(len(m.layout.dim) == len(m.data) for m in ticks[:5])
+    assert 0.5 * 50 * elapsed <= len(ticks) <= 100 * elapsed + 10
+    labels = [d.label for d in episodes[0].layout.dim]
+    assert {'episode', 'return', 'balance_s'} <= set(labels)
+
+
+def test_diagnostics_warn_when_the_tick_rate_degrades_without_a_violation(control_rig, ros_node):
+    # Each tick stretched by 30 ms at 50 Hz: every other deadline is missed (25 Hz), and with
+    # the strike threshold raised above the overrun, nothing counts as a violation.
+    rig = control_rig(
+        fault_tick_delay_ms=30.0, fault_after_ticks=0, timing_violation_threshold_ms=50.0
+    )
+    col = Collector(ros_node, rig.name)
+    _active(rig)
+    deadline = time.monotonic() + 10
+    while not any(lvl == DiagnosticStatus.WARN for lvl, _, _ in col.diagnostics):
+        assert time.monotonic() < deadline, col.diagnostics[-2:]
+        spin_for(ros_node, 0.1)
+    col.close()
+    lvl, msg, vals = next(d for d in col.diagnostics if d[0] == DiagnosticStatus.WARN)
+    assert msg.startswith('tick rate') and float(vals['tick_rate_hz']) < 40.0
+    assert vals['violations'] == '0' and rig.driver.state() == 'active'

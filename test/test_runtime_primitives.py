@@ -123,6 +123,16 @@ def _bytes(version=1, rate=50.0, hidden=(8, 8), mutate=None):
     return encode_actor(PolicyMeta(version, rate, 6, 1, hidden), tensors)
 
 
+def _bytes_with_wrong_shape():
+    """Weights whose metadata says 8x8 layers but whose first layer is 8x5 (a broken sender)."""
+    from safetensors.numpy import save
+
+    actor = random_actor(6, 1, (8, 8), 50.0, version=1)
+    tensors = dict(actor.tensors)
+    tensors['layers.0.weight'] = np.zeros((8, 5), np.float32)
+    return save(tensors, metadata=PolicyMeta(1, 50.0, 6, 1, (8, 8)).to_metadata())
+
+
 def test_weights_round_trip_and_act_like_the_original():
     original = random_actor(6, 1, (16, 16), 50.0, version=3)
     data = encode_actor(original.meta, original.tensors)
@@ -144,6 +154,7 @@ def test_weights_round_trip_and_act_like_the_original():
         ),
         (_bytes(), {'obs_size': 7}, 'obs/action sizes 6/1, this node has 7/1'),
         (_bytes(version=2), {'min_version': 2}, 'version 2 is not newer than the running 2'),
+        (_bytes_with_wrong_shape(), {}, r'layers.0.weight has shape \(8, 5\), expected \(8, 6\)'),
         (b'\x07' * 40, {}, 'safetensors header length'),
         (b'abc', {}, 'too short for safetensors'),
     ],

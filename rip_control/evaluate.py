@@ -26,7 +26,7 @@ import numpy as np
 
 from rip_control.env import ACTION_SIZE, OBS_SIZE
 from rip_control.evaluation import EpisodeMetrics, episode_metrics, phi_from_obs, summarize
-from rip_control.launching import LAUNCH_ARGUMENTS, LEARNER, parse_args
+from rip_control.launching import LAUNCH_ARGUMENTS, LEARNER, arguments_help
 
 LEARNER_ONLY = tuple(
     a.name for a in LAUNCH_ARGUMENTS if a.targets and all(n == LEARNER for n, _ in a.targets)
@@ -181,26 +181,14 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: the fine-tune's ``name:=value`` arguments, ``policy`` required."""
+    from rip_control.finetune import run_command
+
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ('-h', '--help') for a in argv):
         print(__doc__)
-        print('arguments (name:=value):')
-        for a in LAUNCH_ARGUMENTS:
-            if a.name not in LEARNER_ONLY:
-                default = DEFAULTS.get(a.name, a.default)
-                print(f'  {a.name:16s} {a.description} (default {default!r})')
+        print(arguments_help(skip=LEARNER_ONLY, defaults=DEFAULTS))
         return 0
-    quiet = '--quiet' in argv
-    argv = [a for a in argv if a != '--quiet']
-    try:
-        report = evaluate(parse_args(argv), stream_logs=not quiet)
-    except ValueError as exc:
-        print(f'evaluate: {exc}', file=sys.stderr)
-        return 2
-    if report['failure']:
-        print(f'evaluate failed: {report["failure"]}', file=sys.stderr)
-        return 1
-    return 130 if report['interrupted'] else 0
+    return run_command('evaluate', argv, lambda args, stream: evaluate(args, stream_logs=stream))
 
 
 if __name__ == '__main__':

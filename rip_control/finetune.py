@@ -42,6 +42,7 @@ from rip_control.launching import (
     LEARNER,
     RIG_REMAPS,
     ProcessSpec,
+    arguments_help,
     ensure_loopback_dds,
     launch_default,
     node_parameters,
@@ -540,20 +541,27 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ('-h', '--help') for a in argv):
         print(__doc__)
-        print('arguments (name:=value):')
-        for a in LAUNCH_ARGUMENTS:
-            print(f'  {a.name:16s} {a.description} (default {a.default!r})')
+        print(arguments_help())
         return 0
+    return run_command('finetune', argv, lambda args, stream: run(args, stream_logs=stream))
+
+
+def run_command(
+    prog: str, argv: list[str], job: Callable[[dict[str, str], bool], dict[str, Any]]
+) -> int:
+    """``name:=value`` arguments (``--quiet`` hides child logs) to ``job``; the exit status.
+
+    0 done, 1 a process failed (with the reason), 2 bad arguments, 130 interrupted.
+    """
     quiet = '--quiet' in argv
     argv = [a for a in argv if a != '--quiet']
     try:
-        args = parse_args(argv)
-        summary = run(args, stream_logs=not quiet)
+        summary = job(parse_args(argv), not quiet)
     except ValueError as exc:
-        print(f'finetune: {exc}', file=sys.stderr)
+        print(f'{prog}: {exc}', file=sys.stderr)
         return 2
     if summary['failure']:
-        print(f'finetune failed: {summary["failure"]}', file=sys.stderr)
+        print(f'{prog} failed: {summary["failure"]}', file=sys.stderr)
         return 1
     return 130 if summary['interrupted'] else 0
 

@@ -275,6 +275,25 @@ def options_help(table: tuple[Param, ...]) -> str:
     return '\n'.join(f'  {p.name}:={p.default!r:<14} {p.description}' for p in table)
 
 
+def help_requested(argv: list[str], doc: str | None, table: tuple[Param, ...]) -> bool:
+    """Print ``doc`` and the option table if ``-h``/``--help`` is in ``argv``; say whether."""
+    if not any(a in ('-h', '--help') for a in argv):
+        return False
+    print(doc)
+    print('options (name:=value):\n' + options_help(table))
+    return True
+
+
+def arguments_help(skip: tuple[str, ...] = (), defaults: dict[str, str] | None = None) -> str:
+    """The launch arguments, one per line, for the runners' ``--help``."""
+    defaults = defaults or {}
+    return 'arguments (name:=value):\n' + '\n'.join(
+        f'  {a.name:16s} {a.description} (default {defaults.get(a.name, a.default)!r})'
+        for a in LAUNCH_ARGUMENTS
+        if a.name not in skip
+    )
+
+
 def node_parameters(args: dict[str, str]) -> dict[str, dict[str, Any]]:
     """Parameters of each node: the params file, then the launch arguments over it.
 

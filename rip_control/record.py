@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from rip_control.launching import ensure_loopback_dds, options_help, parse_options
+from rip_control.launching import ensure_loopback_dds, help_requested, parse_options
 from rip_control.node_params import Param
 
 OPTIONS = (
@@ -88,9 +88,7 @@ def record(opts: dict[str, Any], log: Any = print) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``name:=value`` options (see ``--help``)."""
     argv = sys.argv[1:] if argv is None else argv
-    if any(a in ('-h', '--help') for a in argv):
-        print(__doc__)
-        print('options (name:=value):\n' + options_help(OPTIONS))
+    if help_requested(argv, __doc__, OPTIONS):
         return 0
     try:
         opts = parse_options(argv, OPTIONS)

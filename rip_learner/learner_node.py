@@ -47,19 +47,19 @@ from rip_control.transitions import Transition, TransitionRejected, check_period
 from rip_learner import buffer_store
 from rip_learner.buffer_store import BufferMeta, BufferRejected, atomic_write_bytes
 from rip_learner.sac import (
+    CHECKPOINT_FILE,
     SacConfig,
     actor_meta,
     actor_tensors,
     build_sac,
     encode_checkpoint,
-    load_actor_into,
     load_checkpoint,
+    load_initial_networks,
     sac_state,
 )
 
 BUFFER_FILE = 'replay_buffer.safetensors'
 POLICY_FILE = 'policy_latest.safetensors'
-CHECKPOINT_FILE = 'sac_checkpoint.safetensors'
 
 
 class LearnerConfigError(ValueError):
@@ -232,13 +232,12 @@ class LearnerNode(Node):
                 f'initial policy {s.policy} has hidden sizes {list(actor.meta.hidden_sizes)} '
                 f'but the learner is configured with {list(s.sac.hidden_sizes)}'
             )
-        # A pre-trained policy (rip_learner.pretrain) comes with its critics: fine-tuning with
-        # a fresh critic would first unlearn the actor.
-        ckpt = Path(s.policy).with_name(CHECKPOINT_FILE)
-        if ckpt.exists():
-            self._load_checkpoint(ckpt)
+        try:
+            ckpt = load_initial_networks(self.model, actor, s.policy, s.rate_hz)
+        except ValueError as exc:
+            raise LearnerConfigError(str(exc)) from exc
+        if ckpt is not None:
             self.get_logger().info(f'initial SAC networks (critics included) from {ckpt}')
-        load_actor_into(self.model, actor.tensors)
         self.version = actor.version
 
     def _resume(self, s: LearnerSettings) -> None:

@@ -40,14 +40,20 @@ import numpy as np
 from rip_control.dynamics import PendulumParams
 from rip_control.env import SimRotaryInvertedPendulumEnv, TaskConfig
 from rip_control.evaluation import EpisodeMetrics, episode_metrics, summarize
-from rip_control.launching import options_help, parse_options
+from rip_control.launching import help_requested, parse_options
 from rip_control.node_params import Param
 from rip_control.policy import encode_actor
 from rip_learner.buffer_store import atomic_write_bytes
-from rip_learner.sac import SacConfig, actor_meta, actor_tensors, encode_checkpoint, sac_state
+from rip_learner.sac import (
+    CHECKPOINT_FILE,
+    SacConfig,
+    actor_meta,
+    actor_tensors,
+    encode_checkpoint,
+    sac_state,
+)
 
 POLICY_FILE = 'policy.safetensors'
-CHECKPOINT_FILE = 'sac_checkpoint.safetensors'  # the learner's name: it loads it with the policy
 
 OPTIONS = (
     Param('rate', 50.0, 'design control rate, Hz (the policy is tagged with it)', 1.0, 1000.0),
@@ -422,9 +428,7 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``name:=value`` options (see ``--help``)."""
     argv = sys.argv[1:] if argv is None else argv
-    if any(a in ('-h', '--help') for a in argv):
-        print(__doc__)
-        print('options (name:=value):\n' + options_help(OPTIONS))
+    if help_requested(argv, __doc__, OPTIONS):
         return 0
     try:
         opts = parse_options(argv, OPTIONS)

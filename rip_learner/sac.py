@@ -19,6 +19,9 @@ import numpy as np
 from rip_control.env import ACTION_SIZE, OBS_SIZE
 from rip_control.policy import PolicyMeta, read_metadata
 
+CHECKPOINT_FILE = 'sac_checkpoint.safetensors'
+"""The SAC networks' file; saved beside a policy, it travels with it (critics included)."""
+
 # The rig's spaces, shared with the control node (rip_control.env): obs 6, action 1 in [-1, 1].
 OBSERVATION_SPACE = gym.spaces.Box(-np.inf, np.inf, shape=(OBS_SIZE,), dtype=np.float32)
 ACTION_SPACE = gym.spaces.Box(-1.0, 1.0, shape=(ACTION_SIZE,), dtype=np.float32)
@@ -195,3 +198,20 @@ def prefill_random(model: Any, n: int, seed: int = 0) -> None:
         model.replay_buffer.add(
             obs, nxt, act, rng.standard_normal(1), np.zeros(1), [{'TimeLimit.truncated': False}]
         )
+
+
+def load_initial_networks(model: Any, actor: Any, policy_path: str, rate_hz: float) -> Any:
+    """Put an initial policy into ``model``, with the critics saved beside it if there are.
+
+    Fine-tuning with a fresh critic would first unlearn the actor, so a checkpoint next to
+    the policy file (what pre-training and the learner write) is loaded first; then the
+    actor itself. :returns: the checkpoint's path, or None. :raises ValueError: a bad
+    checkpoint (see :func:`load_checkpoint`).
+    """
+    from pathlib import Path
+
+    ckpt = Path(policy_path).with_name(CHECKPOINT_FILE)
+    if ckpt.exists():
+        load_checkpoint(model, ckpt.read_bytes(), rate_hz, str(ckpt))
+    load_actor_into(model, actor.tensors)
+    return ckpt if ckpt.exists() else None

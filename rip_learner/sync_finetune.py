@@ -23,8 +23,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rip_control.env import RealRotaryInvertedPendulumEnv, TaskConfig
-from rip_control.policy import encode_actor
+from rip_control.env import ACTION_SIZE, OBS_SIZE, RealRotaryInvertedPendulumEnv, TaskConfig
+from rip_control.policy import encode_actor, load_actor_file
 from rip_control.protocol import ErrorCode
 from rip_control.rig_client import LowLevelClient, RigProtocolError, RigTimeout
 from rip_learner.buffer_store import atomic_write_bytes
@@ -33,7 +33,7 @@ from rip_learner.sac import (
     actor_meta,
     actor_tensors,
     build_sac,
-    load_checkpoint,
+    load_initial_networks,
 )
 
 POLICY_FILE = 'policy.safetensors'
@@ -118,10 +118,6 @@ def sync_finetune(
     """
     from stable_baselines3.common.callbacks import BaseCallback
 
-    from rip_control.env import ACTION_SIZE, OBS_SIZE
-    from rip_control.policy import load_actor_file
-    from rip_learner.sac import load_actor_into
-
     cfg = cfg or SacConfig()
     out.mkdir(parents=True, exist_ok=True)
     client = LowLevelClient(serial_port)
@@ -137,13 +133,10 @@ def sync_finetune(
             cfg, env, learning_starts=learning_starts, train_freq=1, gradient_steps=gradient_steps
         )
         if policy:
-            ckpt = Path(policy).with_name('sac_checkpoint.safetensors')
-            if ckpt.exists():
-                load_checkpoint(model, ckpt.read_bytes(), rate_hz, str(ckpt))
             actor = load_actor_file(
                 policy, rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
             )
-            load_actor_into(model, actor.tensors)
+            load_initial_networks(model, actor, policy, rate_hz)
 
         class _Episodes(BaseCallback):
             def __init__(self) -> None:

@@ -436,18 +436,25 @@ class ControlNode(LifecycleNode):
         self.get_logger().info('control thread: ' + ', '.join(notes))
         return notes
 
-    def _stop_control(self, publish: bool = True) -> None:
+    def _stop_control(self, publish: bool = True) -> bool:
+        """Stop the control thread and disengage; whether the rig confirmed the motor off.
+
+        True also when no rig is open (nothing can be engaged through this node then).
+        """
         self._stop.set()
         thread = self._control_thread
         if thread is not None and thread.is_alive() and thread is not threading.current_thread():
             thread.join(timeout=2.0)
         self._control_thread = None
+        confirmed = True
         if self._client is not None and self._client.is_open:
             try:
                 self._client.disengage_motor()
             except RigError as exc:
+                confirmed = False
                 self.get_logger().error(f'disengage failed ({exc}); firmware deadman will act')
         self._stop_publisher_thread(publish)
+        return confirmed
 
     def _release(self) -> None:
         self._destroy_entities()
@@ -473,9 +480,12 @@ class ControlNode(LifecycleNode):
         """The exception that ended the control thread last, if any."""
         return self._fault
 
-    def emergency_stop(self) -> None:
-        """Stop and disengage without the executor (signals, process exit)."""
-        self._stop_control(publish=False)
+    def emergency_stop(self) -> bool:
+        """Stop and disengage without the executor (signals, process exit).
+
+        :returns: whether the motor is confirmed off (or no rig is open).
+        """
+        return self._stop_control(publish=False)
 
     # -- publisher thread ------------------------------------------------------------------
 
@@ -712,9 +722,18 @@ def _raise_existing_threads(priority: int) -> None:
 
 
 def main(args: list[str] | None = None) -> int:
-    """Run the node until SIGINT/SIGTERM; the motor is disengaged on every way out."""
+    """Run the node until SIGINT/SIGTERM; the motor is disengaged on every way out.
+
+    Exit status: 0 after a signal in any lifecycle state with the motor confirmed off (or no
+    rig open); 1 if the executor failed or the rig did not confirm the disengage (the
+    firmware deadman is then what stops the motor).
+    """
     rclpy.init(args=args)
-    node = ControlNode()
+    try:
+        node = ControlNode()
+    except KeyboardInterrupt:  # stopped while starting: no rig is opened before configure
+        rclpy.try_shutdown()
+        return 0
     # Threads created from here on (executor workers, the publisher thread) inherit this.
     prio = node.get_parameter('gil_holders_fifo_priority').value
     if prio > 0:
@@ -729,7 +748,8 @@ def main(args: list[str] | None = None) -> int:
     try:
         code = spin_until_shutdown(node, executor)
     finally:
-        node.emergency_stop()
+        if not node.emergency_stop():
+            code = 1
         node._release()
         executor.shutdown()
         node.destroy_node()

@@ -49,8 +49,8 @@ from rip_control.launching import (
     packaged_policy,
     parse_args,
 )
+from rip_learner.buffer_store import BUFFER_FILE, check_run_dir_is_free
 
-BUFFER_FILE = 'replay_buffer.safetensors'
 POLICY_LATEST = 'policy_latest.safetensors'
 _print_lock = threading.Lock()
 
@@ -97,7 +97,9 @@ def plan(
     if control.get('policy') == 'auto':
         policy = resolve_auto_policy(run_dir, float(control['rate_hz']))
         control['policy'] = learner['policy'] = str(policy)
-    if not learn:
+    if learn:  # refused here, before anything starts, as the learner itself would refuse it
+        check_run_dir_is_free(run_dir, str(learner.get('resume_buffer') or ''))
+    else:
         control.update(stochastic_actions=False, allow_random_policy=False)
     controls = []
     for i in range(rigs):

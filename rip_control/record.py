@@ -54,14 +54,14 @@ def record(opts: dict[str, Any], log: Any = print) -> int:
         Float32MultiArray, opts['topic'], on_message, TRANSITIONS_QOS, raw=True
     )
     matched = 0
-    log(f'recording {opts["topic"]} at {opts["rate"]:g} Hz into {opts["out"]} (Ctrl-C stops)')
-    start = time.monotonic()
-    last_note = start
 
     def _sigterm(*_: object) -> None:
         raise KeyboardInterrupt
 
     old = signal.signal(signal.SIGTERM, _sigterm)
+    log(f'recording {opts["topic"]} at {opts["rate"]:g} Hz into {opts["out"]} (Ctrl-C stops)')
+    start = time.monotonic()
+    last_note = start
     try:
         while rclpy.ok():
             rclpy.spin_once(node, timeout_sec=0.1)

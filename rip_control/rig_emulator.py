@@ -120,6 +120,10 @@ class Firmware:
         self._max_mv = round(params.max_voltage_v * 1000.0)
         self.on_event: Callable[[str], None] | None = None
 
+    def power_down(self) -> None:
+        """The firmware stops (SIGINT/SIGTERM): the driver stage is off before the device goes."""
+        self._set_engaged(False, 'stopping')
+
     def _set_engaged(self, engaged: bool, cause: str) -> None:
         if engaged != self.engaged and self.on_event is not None:
             self.on_event(f'{"engaged" if engaged else "disengaged"} {cause}')
@@ -448,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.run(start)
     finally:
+        firmware.power_down()
         _remove_link(link, device)
         os.close(master)
         os.close(slave)

@@ -26,6 +26,8 @@ from safetensors.numpy import save as st_save
 
 from rip_control.policy import PolicyRejected, read_metadata
 
+BUFFER_FILE = 'replay_buffer.safetensors'  # in a run folder
+
 FORMAT = 'rip_replay_buffer'
 FORMAT_VERSION = '1'
 FIELDS = ('observations', 'next_observations', 'actions', 'rewards', 'dones', 'timeouts')
@@ -199,3 +201,25 @@ def load(
         if not np.isfinite(arrays[name]).all():
             raise BufferRejected(f'{path}: non-finite values in {name}')
     return arrays, meta
+
+
+class RunFolderInUse(ValueError):
+    """A run folder already holds a buffer that a new run would overwrite."""
+
+
+def check_run_dir_is_free(run_dir: Path, resume_buffer: str) -> None:
+    """Refuse a run folder whose buffer this learner would overwrite without continuing it.
+
+    A second run under the same name must either continue the first (``resume_buffer`` set to
+    that very file) or use another name; the earlier run's data is never replaced silently.
+    """
+    existing = Path(run_dir) / BUFFER_FILE
+    if not existing.exists():
+        return
+    if resume_buffer and Path(resume_buffer).resolve() == existing.resolve():
+        return
+    raise RunFolderInUse(
+        f'{existing} holds the replay buffer of an earlier run and would be overwritten; '
+        f'continue that run with resume_buffer:={existing} (the runner: resume_buffer:=auto), '
+        f'or choose another run_name'
+    )

@@ -45,7 +45,14 @@ from rip_control.node_params import Param, declare, spin_until_shutdown
 from rip_control.policy import PolicyRejected, encode_actor, load_actor_file
 from rip_control.transitions import Transition, TransitionRejected, check_period, unpack
 from rip_learner import buffer_store
-from rip_learner.buffer_store import BufferMeta, BufferRejected, atomic_write_bytes
+from rip_learner.buffer_store import (
+    BUFFER_FILE,
+    BufferMeta,
+    BufferRejected,
+    RunFolderInUse,
+    atomic_write_bytes,
+    check_run_dir_is_free,
+)
 from rip_learner.sac import (
     CHECKPOINT_FILE,
     SacConfig,
@@ -58,7 +65,6 @@ from rip_learner.sac import (
     sac_state,
 )
 
-BUFFER_FILE = 'replay_buffer.safetensors'
 POLICY_FILE = 'policy_latest.safetensors'
 
 
@@ -122,6 +128,10 @@ class LearnerNode(Node):
         declare(self, PARAMETERS)
         self.settings = self._read_settings()
         s = self.settings
+        try:
+            check_run_dir_is_free(s.run_dir, s.resume_buffer)
+        except RunFolderInUse as exc:
+            raise LearnerConfigError(str(exc)) from exc
         self._tune_process(s)
         self.model = build_sac(s.sac)
         self.version = 0

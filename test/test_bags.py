@@ -243,3 +243,27 @@ def test_learner_refuses_a_bag_from_another_rate_naming_both(tmp_path, learner_p
     out, _ = proc.communicate(timeout=90)
     assert proc.returncode == 2
     assert 'recorded at 100 Hz but this learner runs at 50 Hz' in out
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize('sig', ['SIGINT', 'SIGTERM'])
+def test_a_signal_closes_the_recorders_bag_and_exits_0(tmp_path, sig):
+    bag = tmp_path / 'stopped_bag'
+    rec = subprocess.Popen(
+        [sys.executable, '-m', 'rip_control.record', f'out:={bag}', 'rate:=50'],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    first = rec.stdout.readline()  # printed once its subscription exists
+    assert first.startswith('recording '), first
+    rec.send_signal(getattr(signal, sig))
+    out, _ = rec.communicate(timeout=30)
+    assert rec.returncode == 0, out
+    assert f'closed {bag}: 0 transitions' in out
+    assert (bag / 'metadata.yaml').exists()
+    got = read_transitions(
+        [bag], rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE, dt_tolerance_s=0.005
+    )
+    assert got.transitions == []

@@ -116,6 +116,39 @@ def test_every_way_out_of_active_disengages_within_a_tick_and_a_serial_timeout(c
     assert not rig.engaged_now()
 
 
+@pytest.mark.parametrize('sig', ['SIGINT', 'SIGTERM'])
+@pytest.mark.parametrize('state', ['unconfigured', 'inactive'])
+def test_a_signal_in_any_other_lifecycle_state_exits_0_with_the_motor_off(control_rig, state, sig):
+    # (active is the test above) inactive: engaged once, then deactivated, the rig still open.
+    rig = control_rig()
+    if state == 'inactive':
+        _active(rig)
+        assert rig.driver.change('deactivate')
+        assert rig.driver.state() == 'inactive'
+    assert rig.driver.state() == state
+    rig.proc.send_signal(getattr(signal, sig))
+    code = rig.proc.wait(timeout=10)
+    log = rig.proc.stdout.read()
+    assert code == 0, log[-2000:]
+    assert 'Traceback' not in log, log[-2000:]
+    assert not rig.engaged_now()
+    if state == 'inactive':
+        assert (rig.run_dir / 'timing.csv').exists()
+
+
+def test_the_node_exits_1_when_the_rig_cannot_confirm_the_disengage(control_rig):
+    rig = control_rig()
+    _active(rig)
+    rig.emulator.proc.kill()  # the rig is gone: nothing can confirm the motor off
+    deadline = time.monotonic() + 5
+    while rig.driver.state() != 'inactive':
+        assert time.monotonic() < deadline, 'the vanished rig was never detected'
+        time.sleep(0.05)
+    rig.proc.send_signal(signal.SIGTERM)
+    assert rig.proc.wait(timeout=10) == 1
+    assert 'disengage failed' in rig.proc.stdout.read()
+
+
 def test_watchdog_trip_disengages_leaves_active_and_can_be_reactivated(control_rig, ros_node):
     rig = control_rig(fault_tick_delay_ms=26.0, fault_after_ticks=60)
     col = Collector(ros_node, rig.name)

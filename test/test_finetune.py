@@ -99,6 +99,23 @@ def test_finetune_refuses_bad_arguments_clearly(tmp_path):
     assert proc.returncode == 2 and "'rat'" in proc.stderr
 
 
+def test_finetune_refuses_to_overwrite_an_earlier_runs_buffer(tmp_path):
+    earlier = tmp_path / 'runs' / 'r' / 'replay_buffer.safetensors'
+    earlier.parent.mkdir(parents=True)
+    earlier.write_bytes(b'the earlier run')
+    cmd = [
+        sys.executable,
+        '-m',
+        'rip_control.finetune',
+        'run_name:=r',
+        f'runs_dir:={tmp_path / "runs"}',
+    ]
+    proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert str(earlier) in proc.stderr and 'resume_buffer:=auto' in proc.stderr
+    assert earlier.read_bytes() == b'the earlier run'
+
+
 class _ControlDiag:
     def __init__(self, node, name):
         self.values = []

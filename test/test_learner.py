@@ -177,3 +177,64 @@ def test_learner_refuses_an_initial_policy_trained_at_another_rate(tmp_path, lea
     out, _ = proc.communicate(timeout=90)
     assert proc.returncode == 2
     assert 'trained at 100 Hz but this node runs at 50 Hz' in out
+
+
+def test_learner_refuses_a_run_folder_whose_buffer_it_would_overwrite(tmp_path, learner_process):
+    run_dir = tmp_path / 'runs' / 'r'
+    run_dir.mkdir(parents=True)
+    earlier = run_dir / 'replay_buffer.safetensors'
+    buffer_store.save(earlier, _zeros(10), BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, 10))
+    before = earlier.read_bytes()
+    proc, _ = learner_process(run_name='r')  # not continuing it
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert f'{earlier} holds the replay buffer of an earlier run' in out
+    assert earlier.read_bytes() == before
+
+
+@pytest.mark.parametrize('sig', ['SIGINT', 'SIGTERM'])
+@pytest.mark.parametrize('training', [False, True])
+def test_a_signal_saves_the_buffer_and_exits_0_waiting_or_training(
+    ros_node, tmp_path, learner_process, sig, training
+):
+    # Continuing a run: the buffer it started from is saved back with whatever came since.
+    run_dir = tmp_path / 'runs' / 'r'
+    run_dir.mkdir(parents=True)
+    path = run_dir / 'replay_buffer.safetensors'
+    buffer_store.save(path, _zeros(40, fill=0.5), BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, 40))
+    proc, name = learner_process(run_name='r', resume_buffer=str(path), learning_starts=500)
+    diags = []
+    ds = ros_node.create_subscription(
+        DiagnosticArray,
+        '/diagnostics',
+        lambda m: diags.extend(
+            (s.message, {kv.key: kv.value for kv in s.values})
+            for s in m.status
+            if s.name.startswith(name)
+        ),
+        10,
+    )
+    pub = ros_node.create_publisher(Float32MultiArray, 'transitions', TRANSITIONS_QOS)
+    sent = 0
+    try:
+        assert _wait(ros_node, lambda: pub.get_subscription_count() > 0 and diags, 60)
+        assert diags[-1][0] == 'waiting for data'
+        if training:
+            for i in range(500):  # within the topic's depth: all delivered
+                pub.publish(_msg(_transition(i)))
+            sent = 500
+
+            def training_on_all():
+                d = diags[-1][1]
+                return int(d['transitions_accepted']) == sent and int(d['gradient_steps_done'])
+
+            assert _wait(ros_node, training_on_all, 60), diags[-1]
+            assert diags[-1][0] == 'training'
+    finally:
+        code, out = _stop(proc, getattr(signal, sig))
+        ros_node.destroy_subscription(ds)
+        ros_node.destroy_publisher(pub)
+    assert code == 0, out
+    assert 'Traceback' not in out, out[-2000:]
+    _, meta = buffer_store.load(path, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+    assert meta.count == 40 + sent

@@ -197,3 +197,29 @@ def test_disengage_from_another_thread_never_interleaves_with_the_control_thread
     assert errors == [] and client.parser_errors == 0
     assert not client.get_state().engaged
     client.close()
+
+
+@pytest.mark.parametrize('sig', ['SIGINT', 'SIGTERM'])
+@pytest.mark.parametrize('engaged', [False, True])
+def test_a_signal_stops_the_emulator_with_the_motor_off_and_the_device_gone(
+    start_emulator, sig, engaged
+):
+    import signal
+
+    emu = start_emulator('--events')
+    client = _open(emu)
+    try:
+        if engaged:
+            client.engage()
+            client.set_voltage(0.5)
+        assert client.get_state().engaged == engaged
+        emu.signal(getattr(signal, sig))
+        assert emu.proc.wait(timeout=5) == 0
+    finally:
+        client.close()
+    emu.stop()  # joins the stdout reader: every EVENT line is in
+    events = [what for _, what in emu.events()]
+    assert events == (['engaged command', 'disengaged stopping'] if engaged else [])
+    assert not emu.link.exists()
+    with pytest.raises(RigDisconnected):
+        LowLevelClient(str(emu.link)).open()

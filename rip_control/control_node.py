@@ -663,6 +663,7 @@ class ControlNode(LifecycleNode):
                 else -1.0,
                 weights_accepted=self._weights_accepted,
                 weights_rejected=self._weights_rejected,
+                last_weights_rejection=self._last_reject_reason or 'none',
                 transitions_published=self._transitions_published,
             )
         if loop is not None and s is not None:

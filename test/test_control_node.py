@@ -22,6 +22,13 @@ PERIOD_S = 0.02
 SERIAL_TIMEOUT_S = 0.01
 
 
+def _spin_until(node, cond, timeout_s):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end and not cond():
+        rclpy.spin_once(node, timeout_sec=0.05)
+    return cond()
+
+
 def spin_for(node, seconds):
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -216,6 +223,64 @@ def test_v2_cpu_hog_and_weights_at_10hz_leave_timing_intact(control_rig, ros_nod
     assert int(last['weights_rejected']) >= 4
     versions = [t.policy_version for t in col.transitions]
     assert versions[-1] > versions[0]
+
+
+def _weights_with_wrong_shape(version):
+    """Metadata says 256x256 layers; the first layer is 256x5 (a broken sender)."""
+    from safetensors.numpy import save
+
+    actor = random_actor(OBS_SIZE, ACTION_SIZE, (256, 256), 50.0, version=version)
+    tensors = dict(actor.tensors)
+    tensors['layers.0.weight'] = np.zeros((256, 5), np.float32)
+    meta = PolicyMeta(version, 50.0, OBS_SIZE, ACTION_SIZE, (256, 256))
+    return save(tensors, metadata=meta.to_metadata())
+
+
+def _weights_for_other_sizes(version):
+    actor = random_actor(OBS_SIZE + 1, ACTION_SIZE, (64, 64), 50.0, version=version)
+    return encode_actor(
+        PolicyMeta(version, 50.0, OBS_SIZE + 1, ACTION_SIZE, (64, 64)), actor.tensors
+    )
+
+
+def test_bad_weights_over_the_topic_are_refused_by_reason_and_the_running_policy_kept(
+    control_rig, ros_node
+):
+    rig = control_rig(episode_seconds=2.0)
+    col = Collector(ros_node, rig.name)
+    pub = ros_node.create_publisher(UInt8MultiArray, 'policy_weights', WEIGHTS_QOS)
+    _active(rig)
+    cases = [
+        (_weights(5), None),  # a good one first: the running policy is v5 from here
+        (_weights(6, nan=True), 'mu.bias holds non-finite'),
+        (_weights_with_wrong_shape(7), f'has shape (256, 5), expected (256, {OBS_SIZE})'),
+        (_weights_for_other_sizes(8), f'obs/action sizes {OBS_SIZE + 1}/{ACTION_SIZE}'),
+        (_weights(9, rate=100.0), 'trained at 100 Hz but this node runs at 50 Hz'),
+        (_weights(4), 'version 4 is not newer than the running 5'),
+        (bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8)), 'safetensors'),
+    ]
+    try:
+        assert _spin_until(ros_node, lambda: pub.get_subscription_count() > 0, 10)
+        for n_rejected, (payload, reason) in enumerate(cases):
+            pub.publish(UInt8MultiArray(data=payload))
+
+            def seen(n=n_rejected):
+                d = col.diagnostics[-1][2] if col.diagnostics else {}
+                return (
+                    int(d.get('weights_rejected', -1)) == n
+                    and int(d.get('policy_version', -1)) == 5
+                )
+
+            assert _spin_until(ros_node, seen, 5), (reason, col.diagnostics[-1:])
+            last = col.diagnostics[-1][2]
+            assert reason is None or reason in last['last_weights_rejection'], last
+        assert rig.driver.state() == 'active' and rig.engaged_now()
+    finally:
+        ros_node.destroy_publisher(pub)
+        col.close()
+    # Every transition from the first good weights on was acted by v5, the running policy.
+    versions = {t.policy_version for t in col.transitions}
+    assert 5 in versions and not versions & {4, 6, 7, 8, 9}
 
 
 def test_configure_refuses_an_initial_policy_trained_at_another_rate(control_rig, tmp_path):

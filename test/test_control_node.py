@@ -1,5 +1,6 @@
 """The rip_control lifecycle node in its own process, against the emulator, over real DDS."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -175,6 +176,75 @@ def test_watchdog_trip_disengages_leaves_active_and_can_be_reactivated(control_r
     assert all(abs(t.dt_s - PERIOD_S) <= 0.005 for t in col.transitions)
     assert rig.driver.change('activate')
     assert rig.driver.state() == 'active'
+
+
+# A SCHED_FIFO 99 busy loop on one CPU, in bursts: the control thread (FIFO 80, pinned there)
+# gets the CPU only in the short gaps, so its ticks are released tens of ms late. Bounded in
+# time by itself, and killed with the test (PR_SET_PDEATHSIG) - it must never outlive it.
+_STARVER = """
+import os, sys, time
+cpu, busy_s, idle_s, total_s = int(sys.argv[1]), *map(float, sys.argv[2:5])
+os.sched_setaffinity(0, {cpu})
+try:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(99))
+except PermissionError as exc:
+    print('NO_FIFO', exc, flush=True)
+    sys.exit(3)
+print('STARVING', flush=True)
+end = time.monotonic() + total_s
+while time.monotonic() < end:
+    burst_end = time.monotonic() + busy_s
+    while time.monotonic() < burst_end:
+        pass
+    time.sleep(idle_s)
+"""
+
+
+def test_real_cpu_starvation_trips_the_watchdog_and_no_late_tick_reaches_the_topic(
+    control_rig, ros_node, tmp_path
+):
+    from rip_control.emulator_process import child_env, die_with_parent
+
+    cpu = max(os.sched_getaffinity(0))
+    trace = tmp_path / 'ticks.npz'
+    rig = control_rig(control_cpu=cpu, tick_trace=str(trace), episode_seconds=2.0)
+    col = Collector(ros_node, rig.name)
+    _active(rig)
+    spin_for(ros_node, 1.0)  # clean ticks first
+    # 35 ms bursts, 5 ms gaps (88 %, under the kernel's 95 % RT limit): even two bursts are
+    # shorter than the hung-loop watchdog and the firmware deadman (100 ms), so what trips is
+    # the 3-strike rule (a gap can fall on a deadline: strikes are not always consecutive).
+    starver = subprocess.Popen(
+        [sys.executable, '-c', _STARVER, str(cpu), '0.035', '0.005', '8.0'],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=die_with_parent,
+    )
+    try:
+        first = starver.stdout.readline()
+        if first.startswith('NO_FIFO'):
+            pytest.skip(f'SCHED_FIFO refused here: {first.strip()}')
+        assert first.startswith('STARVING'), first
+        assert _spin_until(ros_node, lambda: rig.driver.state() == 'inactive', 12), (
+            'starvation never tripped the watchdog'
+        )
+    finally:
+        starver.kill()
+        starver.wait()
+    spin_for(ros_node, 1.2)
+    col.close()
+    assert not rig.engaged_now()
+    errors = [msg for lvl, msg, _ in col.diagnostics if lvl == DiagnosticStatus.ERROR]
+    assert any('TimingViolation' in msg for msg in errors), col.diagnostics[-2:]
+    ticks = np.load(trace)
+    late = ticks['overrun_s'] > 0.005
+    worst_ms = ticks['overrun_s'].max() * 1e3
+    print(f'{int(late.sum())} late ticks of {late.size}, worst {worst_ms:.1f} ms')
+    assert late.sum() >= 3 and int(ticks['violations']) == 1
+    # The learner's view: transitions before the starvation, none from a late tick.
+    assert col.transitions
+    assert all(abs(t.dt_s - PERIOD_S) <= 0.005 for t in col.transitions)
 
 
 def _weights(version, rate=50.0, hidden=(256, 256), nan=False):

@@ -3,7 +3,7 @@
 import signal
 import time
 
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 import numpy as np
 import pytest
 import rclpy
@@ -238,3 +238,43 @@ def test_a_signal_saves_the_buffer_and_exits_0_waiting_or_training(
     assert 'Traceback' not in out, out[-2000:]
     _, meta = buffer_store.load(path, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
     assert meta.count == 40 + sent
+
+
+def test_learner_diagnostics_as_rqt_robot_monitor_sees_them(ros_node, learner_process):
+    # K = 100 cannot be kept up with here: the learner must say so (WARN), and a rejected
+    # transition must be reported over it.
+    proc, name = learner_process(run_name='diag', gradient_steps=100, learning_starts=32)
+    statuses = []
+    ds = ros_node.create_subscription(
+        DiagnosticArray,
+        '/diagnostics',
+        lambda m: statuses.extend(
+            (time.monotonic(), s) for s in m.status if s.name.startswith(name)
+        ),
+        10,
+    )
+    pub = ros_node.create_publisher(Float32MultiArray, 'transitions', TRANSITIONS_QOS)
+    try:
+        assert _wait(ros_node, lambda: pub.get_subscription_count() > 0 and statuses, 60)
+        first = statuses[-1][1]
+        assert (first.name, first.hardware_id) == (f'{name}: learner', 'rip_learner')
+        assert (first.level, first.message) == (DiagnosticStatus.OK, 'waiting for data')
+        for i in range(600):
+            pub.publish(_msg(_transition(i)))
+        assert _wait(ros_node, lambda: statuses[-1][1].level == DiagnosticStatus.WARN, 30)
+        assert statuses[-1][1].message == 'falling behind K updates per transition'
+        pub.publish(_msg(_transition(700, reward=float('inf'))))
+        assert _wait(ros_node, lambda: statuses[-1][1].message == 'transitions rejected', 10)
+        assert statuses[-1][1].level == DiagnosticStatus.WARN
+        assert _wait(ros_node, lambda: len(statuses) >= 5, 10)
+    finally:
+        code, out = _stop(proc)
+        ros_node.destroy_subscription(ds)
+        ros_node.destroy_publisher(pub)
+    assert code == 0, out
+    values = {kv.key: kv.value for kv in statuses[-1][1].values}
+    for key in ('buffer_size', 'updates_per_s', 'updates_per_transition', 'transitions_rejected'):
+        float(values[key])  # plottable
+    times = [t for t, _ in statuses]
+    gaps = np.diff(times)
+    assert len(gaps) >= 3 and 0.7 < float(np.median(gaps)) < 1.3  # ~1 Hz

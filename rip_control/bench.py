@@ -395,6 +395,11 @@ def bench_e2e(a: argparse.Namespace) -> dict[str, Any]:
         'runs_dir': str(workdir / 'runs'),
         'rigs': str(a.rigs),
     }
+    for item in a.set:
+        name, sep, value = item.partition(':=')
+        if not sep:
+            raise SystemExit(f'--set expects NAME:=VALUE, got {item!r}')
+        args[name] = value
     summary = finetune.run(args, stream_logs=False)
     learner = summary.get('learner', {})
     rigs = summary.get('rigs') or [summary]
@@ -613,6 +618,13 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument('--episode-seconds', type=float, default=6.0)
     e.add_argument('--gradient-steps', type=int, default=4)
     e.add_argument('--rigs', type=int, default=1, help='control nodes feeding the learner')
+    e.add_argument(
+        '--set',
+        nargs='*',
+        default=[],
+        metavar='NAME:=VALUE',
+        help='more runner arguments or node parameters (e.g. gil_holders_fifo_priority:=10)',
+    )
     e.add_argument('--json', default='')
     th = sub.add_parser('learner-throughput', help='SB3 train() updates/s by configuration')
     th.add_argument('--hidden', nargs='+', default=['256,256', '128,128', '64,64'])

@@ -477,11 +477,16 @@ def _summarise(
     }
     trace = run_dir / 'ticks.npz'
     if trace.exists():
-        from rip_control.bench import tick_stats
+        from rip_control.bench import overrun_causes, tick_stats
 
         with np.load(trace, allow_pickle=False) as z:
             stats = tick_stats(z['dt_s'][1:], z['overrun_s'][1:], float(values['rate']))
             stats['n_violations'] = int(z['violations'])
+            stats.update(
+                overrun_causes(
+                    z['overrun_s'][1:], z['prev_work_s'][1:], 1.0 / float(values['rate'])
+                )
+            )
             summary['ticks'] = stats
             _plots(run_dir, z['dt_s'][1:], float(values['rate']), eps)
     rate = summary.get('ticks', {}).get('measured_rate_hz', float('nan'))

@@ -49,7 +49,7 @@ from rip_control.launching import (
     packaged_policy,
     parse_args,
 )
-from rip_learner.buffer_store import BUFFER_FILE, check_run_dir_is_free
+from rip_learner.buffer_store import BUFFER_FILE, atomic_write_bytes, check_run_dir_is_free
 
 POLICY_LATEST = 'policy_latest.safetensors'
 _print_lock = threading.Lock()
@@ -383,6 +383,10 @@ def run(
             per_rig.append({'rig': spec.namespace, **_summarise(rig_dir, mon, values, '', wall)})
         summary = {**per_rig[0], 'run_dir': str(run_dir), 'rigs': per_rig}
         summary['episodes'] = min(r['episodes'] for r in per_rig)
+        _merge_timing(
+            run_dir,
+            [(str(spec.namespace), run_dir / str(spec.namespace)) for spec in control_specs],
+        )
     else:
         summary = _summarise(run_dir, monitor, values, resumed, wall)
     summary.update(
@@ -392,9 +396,7 @@ def run(
         exit_codes=codes,
         policy=str(control_spec.params.get('policy', '')) or None,
     )
-    tmp = run_dir / 'summary.json.tmp'
-    tmp.write_text(json.dumps(summary, indent=2) + '\n')
-    os.replace(tmp, run_dir / 'summary.json')
+    atomic_write_bytes(run_dir / 'summary.json', (json.dumps(summary, indent=2) + '\n').encode())
     return summary
 
 
@@ -456,6 +458,22 @@ def _shutdown(
     for emulator in emulators:
         emulator.stop()
     return codes
+
+
+def _merge_timing(run_dir: Path, rigs: list[tuple[str, Path]]) -> None:
+    """``run_dir/timing.csv``: every rig's per-episode rows, a ``rig`` column first."""
+    header, rows = '', []
+    for rig, rig_dir in rigs:
+        path = rig_dir / 'timing.csv'
+        if not path.exists():
+            continue
+        lines = path.read_text().splitlines()
+        if not lines:
+            continue
+        header = header or 'rig,' + lines[0]
+        rows += [f'{rig},{line}' for line in lines[1:] if line]
+    if header:
+        atomic_write_bytes(run_dir / 'timing.csv', ('\n'.join([header, *rows]) + '\n').encode())
 
 
 def _summarise(

@@ -273,3 +273,7 @@ def test_two_rigs_feed_one_learner_and_both_get_its_weights(tmp_path):
     # transition sent before DDS discovery completed may be missing; one rig alone is 225).
     assert 2 * 3 * 75 - 4 <= meta.count <= 2 * 3 * 75
     assert '[rig0] episode' in proc.stdout and '[rig1] episode' in proc.stdout
+    # Per-rig rows in one timing.csv (each rig's own file stays in its folder).
+    rows = (run / 'timing.csv').read_text().splitlines()
+    assert rows[0].startswith('rig,episode,n_ticks,mean_tick_dt_ms')
+    assert sorted({row.split(',')[0] for row in rows[1:]}) == ['rig0', 'rig1']

@@ -190,6 +190,7 @@ class ControlNode(LifecycleNode):
         self._last_reject_reason = ''
         self._transitions_published = 0
         self._transitions_unsent = 0
+        self._transitions_unmatched = 0
         self._episodes_done = 0
         self._last_episode: EpisodeSummary | None = None
         self._rt_notes: list[str] = []
@@ -549,6 +550,10 @@ class ControlNode(LifecycleNode):
             msg = Float32MultiArray()
             msg.layout.dim = self._layout_dims
             msg.data = t.pack().tolist()
+            if self._transitions_pub.get_subscription_count() == 0:
+                # No learner (or recorder) matched: this one reaches nobody. DDS notices a
+                # killed subscriber only when its lease runs out, so this lags such a death.
+                self._transitions_unmatched += 1
             self._transitions_pub.publish(msg)
             self._transitions_published += 1
         min_gap = 1.0 / s.tick_topic_max_hz if s.tick_topic_max_hz > 0 else math.inf
@@ -665,6 +670,8 @@ class ControlNode(LifecycleNode):
                 weights_rejected=self._weights_rejected,
                 last_weights_rejection=self._last_reject_reason or 'none',
                 transitions_published=self._transitions_published,
+                transitions_unmatched=self._transitions_unmatched,
+                transitions_unsent=self._transitions_unsent,
             )
         if loop is not None and s is not None:
             st = loop.status

@@ -125,7 +125,8 @@ class _ControlDiag:
     def _on(self, msg):
         for st in msg.status:
             if st.name.startswith(self.name + ':'):
-                self.values.append({kv.key: kv.value for kv in st.values})
+                values = {kv.key: kv.value for kv in st.values}
+                self.values.append({'message': st.message, **values})
 
 
 def _spin_until(node, cond, timeout_s):
@@ -150,6 +151,7 @@ def test_learner_killed_mid_run_control_keeps_rate_then_a_restarted_learner_is_u
     assert _spin_until(ros_node, ckpt.exists, 20)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
+    t_kill = time.monotonic()
     killed_at = len(diag.values)
     _spin_until(ros_node, lambda: len(diag.values) >= killed_at + 4, 10)
     after = diag.values[killed_at + 1 :]
@@ -159,7 +161,13 @@ def test_learner_killed_mid_run_control_keeps_rate_then_a_restarted_learner_is_u
         assert abs(float(d['tick_rate_hz']) - 50.0) < 1.0
         assert d['violations'] == '0'
     assert rig.engaged_now()  # still under control, on the last policy
-    version_before = int(after[-1]['policy_version'])
+    # What the dead learner misses is counted once DDS drops it (its lease running out).
+    unmatched_before = int(after[0]['transitions_unmatched'])
+    assert _spin_until(
+        ros_node, lambda: int(diag.values[-1]['transitions_unmatched']) > unmatched_before, 40
+    ), diag.values[-1]['message']
+    print(f'undelivered transitions counted from {time.monotonic() - t_kill:.1f} s after the kill')
+    version_before = int(diag.values[-1]['policy_version'])
     # A restarted learner resumes from its checkpoint and its weights are used again.
     proc2, _ = learner_process(
         resume_buffer=str(ckpt), publish_every_s=0.3, publish_every_steps=10

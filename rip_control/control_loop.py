@@ -135,6 +135,9 @@ class LoopStatus:
         self.phase = 'idle'
         self.transitions_dropped_late = 0
         self.last_tick_s = 0.0
+        # (ticks, deadline of the last tick), replaced as one object: a reader in another
+        # thread never pairs a count with another tick's time.
+        self.tick_mark: tuple[int, float] = (0, 0.0)
 
 
 class ControlLoop:
@@ -221,6 +224,7 @@ class ControlLoop:
                     )
                 st.ticks += 1
                 st.last_tick_s = timing.tick_time_s
+                st.tick_mark = (st.ticks, timing.tick_time_s)
                 if cfg.fault_tick_delay_s and st.ticks > cfg.fault_after_ticks:
                     time.sleep(cfg.fault_tick_delay_s)
                 st.missed_ticks += timing.missed

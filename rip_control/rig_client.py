@@ -296,3 +296,8 @@ class LowLevelClient:
     def parser_errors(self) -> int:
         """Corrupt frames dropped by the receive parser so far."""
         return self._parser.n_errors
+
+    @property
+    def bytes_skipped(self) -> int:
+        """Bytes between frames (line noise, garbage) the receive parser skipped so far."""
+        return self._parser.n_bytes_skipped

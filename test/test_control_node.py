@@ -383,6 +383,21 @@ def test_isolated_serial_errors_are_counted_and_survived(control_rig, ros_node):
     assert all(abs(t.dt_s - PERIOD_S) <= 0.005 for t in col.transitions)
 
 
+def test_garbage_on_the_line_is_skipped_counted_and_warned_about(control_rig, ros_node):
+    # 16 random bytes before every 5th reply: framing skips them, the loop runs on at its rate.
+    rig = control_rig(emulator_args=('--garbage-every', '5', '--garbage-bytes', '16'))
+    col = Collector(ros_node, rig.name)
+    _active(rig)
+    spin_for(ros_node, 3.0)
+    col.close()
+    assert rig.driver.state() == 'active' and rig.engaged_now()
+    lvl, msg, last = col.diagnostics[-1]
+    assert int(last['serial_bytes_skipped']) >= 16 * 20, last
+    assert int(last['violations']) == 0
+    assert lvl == DiagnosticStatus.WARN and 'line noise' in msg
+    assert col.transitions and all(abs(t.dt_s - PERIOD_S) <= 0.005 for t in col.transitions)
+
+
 def test_a_stalled_rig_stops_the_loop_safely_after_bounded_retries(control_rig, ros_node):
     rig = control_rig(
         emulator_args=('--stall-every', '1', '--stall-ms', '60', '--faults-after', '8')

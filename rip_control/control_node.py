@@ -650,6 +650,11 @@ class ControlNode(LifecycleNode):
 
     # -- diagnostics -----------------------------------------------------------------------
 
+    def _transitions_subscribers(self) -> int:
+        """Subscriptions (learners, recorders) this node's own publisher has matched."""
+        pub = getattr(self, '_transitions_pub', None)
+        return pub.get_subscription_count() if pub is not None and self._entities else 0
+
     def _link_counters(self) -> dict[str, int]:
         """The serial link's own counters (plain ints, safe to read from any thread)."""
         client = self._client
@@ -682,6 +687,7 @@ class ControlNode(LifecycleNode):
                 weights_rejected=self._weights_rejected,
                 last_weights_rejection=self._last_reject_reason or 'none',
                 transitions_published=self._transitions_published,
+                transitions_subscribers=self._transitions_subscribers(),
                 transitions_unmatched=self._transitions_unmatched,
                 transitions_unsent=self._transitions_unsent,
             )

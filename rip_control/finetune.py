@@ -327,6 +327,15 @@ def run(
                 raise RunFailed(f'{spec.fqn} refused to configure (see [{spec.label}] log)')
         if observer_ready is not None:
             _wait_until(node, observer_ready, 10.0, 'no transitions publisher matched')
+        # Matching is discovered by each side on its own: the learner may see the publisher
+        # before the publisher sees the learner, and until then transitions reach nobody.
+        # The control node's own count (in its diagnostics) is the one that matters.
+        _wait_until(
+            node,
+            lambda: all(int(m.control.get('transitions_subscribers', 0)) > 0 for m in monitors),
+            15.0,
+            'a control node never matched a subscriber to its transitions',
+        )
         for spec, driver, mon in zip(control_specs, drivers, monitors, strict=True):
             if not driver.change('activate'):
                 raise RunFailed(f'{spec.fqn} refused to activate (see [{spec.label}] log)')
@@ -353,6 +362,8 @@ def run(
                     )
             if episodes and all(len(m.episodes) >= episodes for m in monitors):
                 if complete is None or complete(episodes):
+                    if learner_spec is not None:
+                        _hand_over_to_learner(node, drivers, monitors)
                     break
                 if done_at is None:
                     done_at = time.monotonic()
@@ -418,6 +429,38 @@ def _wait_for_learner(node: Any, children: list[_Child], timeout_s: float) -> No
         if time.monotonic() > deadline:
             raise RunFailed(f'the learner did not subscribe to transitions within {timeout_s:g} s')
         rclpy.spin_once(node, timeout_sec=0.1)
+
+
+def _hand_over_to_learner(
+    node: Any, drivers: list[Any], monitors: list[_Monitor], timeout_s: float = 5.0
+) -> None:
+    """Deactivate every rig (motor off), then let the learner catch up before it is stopped.
+
+    Waits (bounded) until the learner has received every transition the rigs published, so
+    stopping it loses none in flight; if it has not by the deadline, says how many it got.
+    """
+    import rclpy
+
+    for driver, mon in zip(drivers, monitors, strict=True):
+        if driver.state(timeout_s=2.0) == 'active':
+            driver.change('deactivate', timeout_s=5.0)
+        mon.control = {}  # counts from after the deactivation only
+
+    def counts() -> tuple[int, int] | None:
+        if not all(m.control.get('lifecycle_state') == 'inactive' for m in monitors):
+            return None
+        published = sum(int(m.control.get('transitions_published', 0)) for m in monitors)
+        return published, int(monitors[0].learner.get('transitions_received', 0))
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = counts()
+        if got is not None and got[1] >= got[0]:
+            return
+        rclpy.spin_once(node, timeout_sec=0.05)
+    got = counts()
+    if got is not None:
+        _say(f'the learner received {got[1]} of the {got[0]} transitions published')
 
 
 def _wait_until(node: Any, ready: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -492,6 +535,9 @@ def _summarise(
         'balance_s': [e['balance_s'] for e in eps],
         'policy_versions': [int(e['policy_version']) for e in eps],
         'learner': monitor.learner,
+        # The control node's last report: what it published, and what reached nobody.
+        'transitions_published': int(monitor.control.get('transitions_published', 0)),
+        'transitions_unmatched': int(monitor.control.get('transitions_unmatched', 0)),
     }
     trace = run_dir / 'ticks.npz'
     if trace.exists():

@@ -201,6 +201,22 @@ def test_recorder_bags_a_live_control_node_and_the_learner_imports_it(
     assert rig.driver.change('configure')
     # The recorder's own subscription reports the match: no transition can be missed.
     assert matched.wait(30), ''.join(lines)
+    # ...and the node's publisher has matched the recorder (discovery is per side).
+    subscribers = []
+    diag = ros_node.create_subscription(
+        DiagnosticArray,
+        '/diagnostics',
+        lambda m: subscribers.extend(
+            int(kv.value)
+            for st in m.status
+            if st.name.startswith(rig.name + ':')
+            for kv in st.values
+            if kv.key == 'transitions_subscribers'
+        ),
+        10,
+    )
+    _wait(ros_node, lambda: subscribers and subscribers[-1] >= 1, 15)
+    ros_node.destroy_subscription(diag)
     assert rig.driver.change('activate')
     episodes = []
     sub = ros_node.create_subscription(

@@ -5,9 +5,10 @@
 Subscribes with the control node's QoS (reliable, volatile, depth 1000) and takes each
 message serialised, exactly as ``ros2 bag record /transitions`` would, into a standard rosbag2
 directory (MCAP storage, ``metadata.yaml``) with the rate in its ``custom_data``
-(:mod:`rip_control.bags`). It stops on Ctrl-C / SIGTERM or after ``duration_s``, and always
-closes the bag so ``metadata.yaml`` is written. The learner imports such bags with
-``resume_bag:=PATH``; ``ros2 bag play`` replays them into a learner on a full ROS 2 install.
+(:mod:`rip_control.bags`). It stops on Ctrl-C / SIGTERM, after ``duration_s`` or after
+``max_messages``, and always closes the bag so ``metadata.yaml`` is written. The learner
+imports such bags with ``resume_bag:=PATH``; ``ros2 bag play`` replays them into a learner on
+a full ROS 2 install.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ OPTIONS = (
     ),
     Param('topic', '/transitions', 'topic to record'),
     Param('duration_s', 0.0, 'stop after this long (0: until Ctrl-C)', 0.0, 1e9),
+    Param('max_messages', 0, 'stop after this many transitions (0: no limit)', 0, 10**12),
 )
 
 
@@ -70,6 +72,8 @@ def record(opts: dict[str, Any], log: Any = print) -> int:
                 log(f'{matched} publisher(s) matched on {opts["topic"]}')
             now = time.monotonic()
             if opts['duration_s'] and now - start >= opts['duration_s']:
+                break
+            if opts['max_messages'] and writer.count >= opts['max_messages']:
                 break
             if now - last_note >= 5.0:
                 log(f'{writer.count} transitions recorded')

@@ -182,7 +182,14 @@ def test_recorder_bags_a_live_control_node_and_the_learner_imports_it(
 ):
     bag = tmp_path / 'live_bag'
     rec = subprocess.Popen(
-        [sys.executable, '-m', 'rip_control.record', f'out:={bag}', 'rate:=50'],
+        [
+            sys.executable,
+            '-m',
+            'rip_control.record',
+            f'out:={bag}',
+            'rate:=50',
+            'max_messages:=50',
+        ],
         env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -224,7 +231,9 @@ def test_recorder_bags_a_live_control_node_and_the_learner_imports_it(
     )
     _wait(ros_node, lambda: episodes, 60)  # one 1 s episode at 50 Hz: 50 transitions
     ros_node.destroy_subscription(sub)
-    assert stop_process(rec, signal.SIGINT, timeout_s=15) == 0
+    # It stops by itself after those 50 (a stop right after the episode could race the last
+    # one in flight); SIGINT is tested on its own.
+    assert rec.wait(timeout=30) == 0
     deadline = time.monotonic() + 5
     while not any('closed' in line for line in lines):
         assert time.monotonic() < deadline, ''.join(lines)

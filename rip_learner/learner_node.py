@@ -34,6 +34,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.duration import Duration
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import Float32MultiArray, UInt8MultiArray
@@ -91,6 +92,7 @@ class LearnerSettings:
     checkpoint_every_s: float
     nice: int
     cpus: tuple[int, ...]
+    fault_train_error_after_updates: int = 0
 
 
 PARAMETERS = (
@@ -117,6 +119,13 @@ PARAMETERS = (
     Param('nice', 10, 'niceness added to this process (the control loop has priority)', 0, 19),
     Param('cpus', [-1], 'pin this process to these CPUs ([-1]: no pinning)'),
     Param('seed', 0, 'SAC seed'),
+    Param(
+        'fault_train_error_after_updates',
+        0,
+        'FAULT INJECTION (tests): the training thread raises after this many updates (0: off)',
+        0,
+        10**9,
+    ),
 )
 
 
@@ -209,6 +218,7 @@ class LearnerNode(Node):
             checkpoint_every_s=p('checkpoint_every_s').value,
             nice=p('nice').value,
             cpus=tuple(int(c) for c in p('cpus').value),
+            fault_train_error_after_updates=p('fault_train_error_after_updates').value,
         )
 
     def _tune_process(self, s: LearnerSettings) -> None:
@@ -365,6 +375,9 @@ class LearnerNode(Node):
                     self.train_s += time.perf_counter() - t0
                     self.train_calls += 1
                     self.updates += n
+                    fault_at = s.fault_train_error_after_updates
+                    if fault_at and self.updates >= fault_at:
+                        raise RuntimeError(f'injected training fault after {self.updates} updates')
                 else:
                     self._wake.wait(0.05)
                     self._wake.clear()
@@ -381,6 +394,13 @@ class LearnerNode(Node):
                 return  # shutting down (SIGINT/SIGTERM): the final save happens in main()
             self.get_logger().fatal(f'training thread failed: {type(exc).__name__}: {exc}')
             self.failed = exc
+            # The ERROR status goes out before the process ends (the 1 Hz timer would not
+            # run again): monitors see why the learner stopped, not only that it did.
+            try:
+                self._publish_diagnostics()
+                self._diag_pub.wait_for_all_acked(Duration(seconds=1.0))
+            except Exception as diag_exc:  # noqa: BLE001 - the exit status still says it
+                self.get_logger().error(f'final diagnostics not sent: {diag_exc!r}')
             rclpy.try_shutdown(context=self.context)
 
     def _actor_bytes(self) -> bytes:
@@ -464,7 +484,8 @@ class LearnerNode(Node):
         level, message = DiagnosticStatus.OK, 'training' if self.updates else 'waiting for data'
         k = self.settings.gradient_steps
         if self.failed is not None:
-            level, message = DiagnosticStatus.ERROR, f'training failed: {self.failed}'
+            failed = f'{type(self.failed).__name__}: {self.failed}'
+            level, message = DiagnosticStatus.ERROR, f'training failed: {failed}'
         elif values['transitions_rejected']:
             level, message = DiagnosticStatus.WARN, 'transitions rejected'
         elif self.added_after_start > 500 and values['updates_per_transition'] < 0.5 * k:

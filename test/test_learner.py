@@ -278,3 +278,41 @@ def test_learner_diagnostics_as_rqt_robot_monitor_sees_them(ros_node, learner_pr
     times = [t for t, _ in statuses]
     gaps = np.diff(times)
     assert len(gaps) >= 3 and 0.7 < float(np.median(gaps)) < 1.3  # ~1 Hz
+
+
+def test_a_failed_training_thread_reports_error_saves_and_exits_1(
+    ros_node, tmp_path, learner_process
+):
+    proc, name = learner_process(run_name='f', fault_train_error_after_updates=50)
+    statuses = []
+    ds = ros_node.create_subscription(
+        DiagnosticArray,
+        '/diagnostics',
+        lambda m: statuses.extend(s for s in m.status if s.name.startswith(name)),
+        10,
+    )
+    pub = ros_node.create_publisher(Float32MultiArray, 'transitions', TRANSITIONS_QOS)
+    try:
+        assert _wait(ros_node, lambda: pub.get_subscription_count() > 0 and statuses, 60)
+        for i in range(100):
+            pub.publish(_msg(_transition(i)))
+        assert _wait(ros_node, lambda: statuses[-1].level == DiagnosticStatus.ERROR, 30), [
+            s.message for s in statuses[-3:]
+        ]
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        ros_node.destroy_subscription(ds)
+        ros_node.destroy_publisher(pub)
+    assert statuses[-1].message.startswith('training failed: RuntimeError: injected')
+    assert proc.returncode == 1, out
+    # What it had received is saved on the way out.
+    _, meta = buffer_store.load(
+        tmp_path / 'runs' / 'f' / 'replay_buffer.safetensors',
+        rate_hz=50.0,
+        obs_size=OBS_SIZE,
+        action_size=ACTION_SIZE,
+    )
+    accepted = next(
+        int(kv.value) for kv in statuses[-1].values if kv.key == 'transitions_accepted'
+    )
+    assert meta.count >= accepted >= 32  # (more may have arrived between the fault and the stop)

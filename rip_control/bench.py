@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from rip_control.emulator_process import EmulatorProcess, child_env, stop_process
-from rip_control.launching import ProcessSpec, ensure_loopback_dds, parse_value
+from rip_control.launching import ProcessSpec, ensure_loopback_dds, parse_args, parse_value
 
 
 def tick_stats(
@@ -395,11 +395,7 @@ def bench_e2e(a: argparse.Namespace) -> dict[str, Any]:
         'runs_dir': str(workdir / 'runs'),
         'rigs': str(a.rigs),
     }
-    for item in a.set:
-        name, sep, value = item.partition(':=')
-        if not sep:
-            raise SystemExit(f'--set expects NAME:=VALUE, got {item!r}')
-        args[name] = value
+    args.update(parse_args(a.set))  # the runner refuses unknown names by itself
     summary = finetune.run(args, stream_logs=False)
     learner = summary.get('learner', {})
     rigs = summary.get('rigs') or [summary]
@@ -623,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs='*',
         default=[],
         metavar='NAME:=VALUE',
-        help='more runner arguments or node parameters (e.g. gil_holders_fifo_priority:=10)',
+        help='more runner arguments (e.g. params_file:=my.yaml for node parameters)',
     )
     e.add_argument('--json', default='')
     th = sub.add_parser('learner-throughput', help='SB3 train() updates/s by configuration')

@@ -134,7 +134,6 @@ class LoopStatus:
         self.episodes = 0
         self.phase = 'idle'
         self.transitions_dropped_late = 0
-        self.last_tick_s = 0.0
         # (ticks, deadline of the last tick), replaced as one object: a reader in another
         # thread never pairs a count with another tick's time.
         self.tick_mark: tuple[int, float] = (0, 0.0)
@@ -223,7 +222,6 @@ class ControlLoop:
                         f'control loop stalled longer than {cfg.hung_timeout_s * 1e3:.0f} ms'
                     )
                 st.ticks += 1
-                st.last_tick_s = timing.tick_time_s
                 st.tick_mark = (st.ticks, timing.tick_time_s)
                 if cfg.fault_tick_delay_s and st.ticks > cfg.fault_after_ticks:
                     time.sleep(cfg.fault_tick_delay_s)

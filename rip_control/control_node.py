@@ -652,8 +652,7 @@ class ControlNode(LifecycleNode):
 
     def _transitions_subscribers(self) -> int:
         """Subscriptions (learners, recorders) this node's own publisher has matched."""
-        pub = getattr(self, '_transitions_pub', None)
-        return pub.get_subscription_count() if pub is not None and self._entities else 0
+        return self._transitions_pub.get_subscription_count() if self._entities else 0
 
     def _link_counters(self) -> dict[str, int]:
         """The serial link's own counters (plain ints, safe to read from any thread)."""

@@ -387,17 +387,15 @@ def run(
             failure = f'{label} exited with status {code}: ' + ' | '.join(child.tail[-3:])
     wall = time.monotonic() - started
     if many:
-        per_rig = []
+        per_rig, rig_dirs = [], []
         for spec, mon in zip(control_specs, monitors, strict=True):
             rig_dir = Path(str(spec.params['runs_dir'])) / str(spec.params['run_name'])
+            rig_dirs.append((spec.namespace, rig_dir))
             print(f'\n[{spec.namespace}]', end='')
             per_rig.append({'rig': spec.namespace, **_summarise(rig_dir, mon, values, '', wall)})
         summary = {**per_rig[0], 'run_dir': str(run_dir), 'rigs': per_rig}
         summary['episodes'] = min(r['episodes'] for r in per_rig)
-        _merge_timing(
-            run_dir,
-            [(str(spec.namespace), run_dir / str(spec.namespace)) for spec in control_specs],
-        )
+        _merge_timing(run_dir, rig_dirs)
     else:
         summary = _summarise(run_dir, monitor, values, resumed, wall)
     summary.update(

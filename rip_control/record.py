@@ -67,8 +67,9 @@ def record(opts: dict[str, Any], log: Any = print) -> int:
     try:
         while rclpy.ok():
             rclpy.spin_once(node, timeout_sec=0.1)
-            if sub.get_publisher_count() != matched:
-                matched = sub.get_publisher_count()
+            count = sub.get_publisher_count()
+            if count != matched:
+                matched = count
                 log(f'{matched} publisher(s) matched on {opts["topic"]}')
             now = time.monotonic()
             if opts['duration_s'] and now - start >= opts['duration_s']:

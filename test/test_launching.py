@@ -27,14 +27,18 @@ REQUIRED = {
 def test_the_launch_file_declares_every_required_argument_from_the_shared_table():
     names = {a.name for a in LAUNCH_ARGUMENTS}
     assert REQUIRED <= names
+    assert 'LAUNCH_ARGUMENTS' in _launch_file_imports('rip_control.launching')
+
+
+def _launch_file_imports(module):
+    """Names the launch file imports from ``module``."""
     tree = ast.parse(LAUNCH.read_text())
-    imported = {
+    return {
         alias.name
         for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module == 'rip_control.launching'
+        if isinstance(node, ast.ImportFrom) and node.module == module
         for alias in node.names
     }
-    assert 'LAUNCH_ARGUMENTS' in imported
 
 
 def _launch_executables():
@@ -93,14 +97,7 @@ def test_every_node_parameter_of_the_yaml_is_declared_by_the_nodes():
 
 
 def test_the_launch_file_builds_its_processes_from_the_runners_plan():
-    tree = ast.parse(LAUNCH.read_text())
-    imported = {
-        alias.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module == 'rip_control.finetune'
-        for alias in node.names
-    }
-    assert 'plan' in imported
+    assert 'plan' in _launch_file_imports('rip_control.finetune')
 
 
 def test_a_plan_for_several_rigs_gives_each_its_namespace_emulator_and_folder():

@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from rip_control.emulator_process import EmulatorProcess, child_env, stop_process
-from rip_control.launching import ProcessSpec, ensure_loopback_dds, parse_args, parse_value
+from rip_control.launching import ProcessSpec, ensure_loopback_dds, parse_args
+from rip_control.params import CONTROL_PARAMETERS, convert_all
 
 
 def tick_stats(
@@ -218,9 +219,7 @@ def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
         'runs_dir': str(workdir / 'runs'),
         'tick_trace': str(trace),
     }
-    for item in a.node_param:
-        key, _, value = item.partition(':=')
-        params[key] = parse_value(value)
+    params.update(convert_all(parse_args(a.node_param), CONTROL_PARAMETERS, 'node parameter'))
     doc: dict[str, Any] = {
         'benchmark': 'timing',
         'load': a.load,

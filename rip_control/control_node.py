@@ -57,8 +57,9 @@ from rip_control.control_loop import (
     TickSample,
 )
 from rip_control.env import ACTION_SIZE, OBS_SIZE, RealRotaryInvertedPendulumEnv, TaskConfig
-from rip_control.node_params import Param, declare, spin_until_shutdown
+from rip_control.node_params import declare, spin_until_shutdown
 from rip_control.outbox import Outbox
+from rip_control.params import CONTROL_PARAMETERS
 from rip_control.policy import (
     NumpyActor,
     PolicyRejected,
@@ -121,47 +122,7 @@ class NodeSettings:
     gc_off: bool
 
 
-PARAMETERS = (
-    Param('rate_hz', 50.0, 'control rate, Hz', 1.0, 1000.0),
-    Param('serial_port', '', 'rig serial device'),
-    Param('serial_timeout_ms', 10.0, 'bound on one serial transaction', 0.5, 500.0),
-    Param('timing_violation_threshold_ms', 5.0, 'overrun that counts as a strike', 0.1, 1000.0),
-    Param('max_strikes', 3, 'consecutive strikes to trip', 1, 100),
-    Param(
-        'hung_timeout_ms', 100.0, 'silence before the hung-loop watchdog disengages', 5.0, 10000.0
-    ),
-    Param('max_serial_errors', 3, 'consecutive failed ticks', 1, 100),
-    Param('episode_seconds', 6.0, 'policy time per episode, s', 0.02, 3600.0),
-    Param('episodes', 0, 'stop after this many episodes (0: unlimited)', 0, 1_000_000),
-    Param('max_action_v', 8.0, 'volts at action +/-1', 0.1, 24.0),
-    Param('arm_limit_rad', 1.6, 'episode ends beyond this arm angle', 0.1, 3.14),
-    Param('policy', '', 'initial actor weights (.safetensors)'),
-    Param('allow_random_policy', False, 'activate with an untrained actor'),
-    Param('hidden_sizes', [64, 64], 'hidden layers of a random actor'),
-    Param('stochastic_actions', True, 'sample actions (exploration)'),
-    Param('run_name', 'default', 'outputs under runs/<run_name>'),
-    Param('runs_dir', 'runs', 'parent directory of runs'),
-    Param('control_cpu', -1, 'CPU for the control thread (-1: the last one)'),
-    Param('fifo_priority', 80, 'SCHED_FIFO priority of the control thread (0: off)', 0, 99),
-    Param(
-        'gil_holders_fifo_priority',
-        0,
-        'SCHED_FIFO priority of the other threads (executor, publisher, DDS), so a load cannot '
-        'preempt a thread holding the GIL the control thread needs (0: off; measured worse on '
-        '2 cores, see README)',
-        0,
-        98,
-    ),
-    Param('switch_interval_us', 500, 'Python GIL switch interval', 50, 5000),
-    Param('tick_topic_max_hz', 100.0, 'rate cap of the per-tick topic', 0.0, 10000.0),
-    Param('gc_off', True, 'freeze and disable the garbage collector while active'),
-    Param('tick_trace', '', 'benchmarks: write every tick dt/overrun to this .npz on deactivate'),
-    Param('seed', 0, 'exploration noise seed'),
-    Param(
-        'fault_tick_delay_ms', 0.0, 'FAULT INJECTION (tests only): stretch each tick by this long'
-    ),
-    Param('fault_after_ticks', 0, 'FAULT INJECTION: ticks before the stretch'),
-)
+PARAMETERS = CONTROL_PARAMETERS
 
 
 class ControlNode(LifecycleNode):

@@ -38,13 +38,12 @@ from rip_control.emulator_process import (
 )
 from rip_control.launching import (
     CONTROL,
-    LAUNCH_ARGUMENTS,
     LEARNER,
     RIG_REMAPS,
     ProcessSpec,
     arguments_help,
     ensure_loopback_dds,
-    launch_default,
+    launch_values,
     node_parameters,
     packaged_policy,
     parse_args,
@@ -75,13 +74,8 @@ def plan(
     :returns: (process specs in start order, resolved argument values).
     """
     params = node_parameters(args)
-    values = {a.name: args.get(a.name, launch_default(a)) for a in LAUNCH_ARGUMENTS}
-    try:
-        rigs = int(values['rigs'])
-    except ValueError:
-        raise ValueError(f'rigs:={values["rigs"]} is not a whole number') from None
-    if not 1 <= rigs <= 16:
-        raise ValueError(f'rigs:={rigs} is outside [1, 16]')
+    values = launch_values(args)
+    rigs = int(values['rigs'])
     specs = []
     control, learner = params[CONTROL], params[LEARNER]
     ports = [x.strip() for x in str(control.get('serial_port') or '').split(',') if x.strip()]
@@ -94,9 +88,13 @@ def plan(
     if learner.get('resume_buffer') == 'auto':
         candidate = run_dir / BUFFER_FILE
         learner['resume_buffer'] = str(candidate) if candidate.exists() else ''
+    rate_hz = float(control['rate_hz'])
     if control.get('policy') == 'auto':
-        policy = resolve_auto_policy(run_dir, float(control['rate_hz']))
-        control['policy'] = learner['policy'] = str(policy)
+        control['policy'] = str(resolve_auto_policy(run_dir, rate_hz))
+    elif not control.get('policy') and not control.get('allow_random_policy'):
+        control['policy'] = str(shipped_policy(rate_hz))
+    learner['policy'] = control['policy']
+    preflight(control, learner, values, ports, learn)
     if learn:  # refused here, before anything starts, as the learner itself would refuse it
         check_run_dir_is_free(run_dir, str(learner.get('resume_buffer') or ''))
     else:
@@ -140,22 +138,89 @@ def plan(
 
 
 def resolve_auto_policy(run_dir: Path, rate_hz: float) -> Path:
-    """``policy:=auto``: the run's latest policy if it has one, else the packaged one.
+    """``policy:=auto``: the run's latest policy if it has one, else the shipped one.
 
     :raises ValueError: no pre-trained policy ships for ``rate_hz`` (it names the command
         that makes one).
     """
     latest = run_dir / POLICY_LATEST
-    if latest.exists():
-        return latest
+    return latest if latest.exists() else shipped_policy(rate_hz, f'{latest} does not exist and ')
+
+
+def shipped_policy(rate_hz: float, why: str = '') -> Path:
+    """The pre-trained policy shipped for ``rate_hz`` (``policies/sim_<rate>hz/``).
+
+    :raises ValueError: none ships for that rate; the message says how to make one.
+    """
     packaged = packaged_policy(rate_hz)
     if packaged.exists():
         return packaged
     raise ValueError(
-        f'policy:=auto: {latest} does not exist and no pre-trained policy ships for '
-        f'{rate_hz:g} Hz ({packaged}); make one with '
-        f'python -m rip_learner.pretrain rate:={rate_hz:g} out:={packaged.parent}'
+        f'rate:={rate_hz:g}: {why}no pre-trained policy ships for {rate_hz:g} Hz '
+        f'({packaged}); make one with python -m rip_learner.pretrain rate:={rate_hz:g} '
+        f'out:={packaged.parent}, or pass policy:=PATH trained at {rate_hz:g} Hz'
     )
+
+
+def preflight(
+    control: dict[str, Any],
+    learner: dict[str, Any],
+    values: dict[str, Any],
+    ports: list[str],
+    learn: bool,
+) -> None:
+    """Refuse, before any process starts, what a process would refuse after starting.
+
+    Serial ports, files and the rate of the initial policy and of a resumed buffer; each
+    error names the argument, the value and what is accepted. Reads only; writes nothing.
+    """
+    for port in ports:
+        if not os.path.exists(port):
+            raise ValueError(
+                f'serial_port:={port}: no such device (is the rig plugged in and powered? '
+                'leave serial_port empty to use the emulator)'
+            )
+    if values['rig_params']:
+        from rip_control.dynamics import PendulumParams
+
+        try:
+            PendulumParams.from_yaml(values['rig_params'])
+        except (OSError, ValueError, TypeError) as exc:
+            raise ValueError(f'rig_params:={values["rig_params"]}: {exc}') from None
+    rate_hz = float(control['rate_hz'])
+    if float(learner['rate_hz']) != rate_hz:
+        raise ValueError(
+            f'params_file: rip_control runs at {rate_hz:g} Hz but rip_learner at '
+            f'{float(learner["rate_hz"]):g} Hz; set both with rate:=R'
+        )
+    if control.get('policy'):
+        from rip_control.env import ACTION_SIZE, OBS_SIZE
+        from rip_control.policy import PolicyRejected, load_actor_file
+
+        try:
+            load_actor_file(
+                control['policy'], rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+            )
+        except PolicyRejected as exc:
+            hint = ''
+            if 'trained at' in str(exc):
+                hint = (
+                    f'; pass a policy trained at {rate_hz:g} Hz, or make one with '
+                    f'python -m rip_learner.pretrain rate:={rate_hz:g} out:=DIR'
+                )
+            raise ValueError(f'policy:={control["policy"]}: {exc}{hint}') from None
+    resume = str(learner.get('resume_buffer') or '') if learn else ''
+    if resume:
+        from rip_control.env import ACTION_SIZE, OBS_SIZE
+        from rip_learner.buffer_store import BufferRejected, load
+
+        try:  # the learner's own checks: format, checksum, rate, sizes, finite values
+            load(resume, rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+        except BufferRejected as exc:
+            raise ValueError(f'resume_buffer:={resume}: {exc}') from None
+    for bag in str(learner.get('resume_bag') or '').split(','):
+        if learn and bag.strip() and not Path(bag.strip()).exists():
+            raise ValueError(f'resume_bag: {bag.strip()} does not exist')
 
 
 class _Child:

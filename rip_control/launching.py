@@ -15,7 +15,17 @@ import sys
 from typing import Any
 
 from rip_control.emulator_process import child_env
-from rip_control.node_params import Param
+from rip_control.params import (
+    CONTROL_PARAMETERS,
+    LEARNER_PARAMETERS,
+    Param,
+    convert_all,
+    options_help,
+    parse_args,
+    parse_options,
+    table_by_name,
+    unknown_name,
+)
 
 # console_scripts entry point -> module (setup.py declares the same pairs)
 EXECUTABLES = {
@@ -26,13 +36,17 @@ EXECUTABLES = {
 
 
 def param_text(value: Any) -> str:
-    """A parameter value as ``--ros-args -p name:=value`` wants it (YAML scalars/lists)."""
+    """A typed value as ``--ros-args -p name:=value`` reads it back with the same type.
+
+    rcl parses the text as YAML: a double keeps its point (``50.0``), and a string is single
+    quoted, so ``run_name:=2024`` or ``yes`` stays a string.
+    """
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (list, tuple)):
         return '[' + ','.join(param_text(v) for v in value) + ']'
     if isinstance(value, str):
-        return value if value else "''"
+        return "'" + value.replace("'", "''") + "'"
     return repr(value) if isinstance(value, float) else str(value)
 
 
@@ -87,7 +101,16 @@ def ensure_loopback_dds(default_domain: int | None = None) -> tuple[str, str]:
     return os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'], os.environ['ROS_DOMAIN_ID']
 
 
-__all__ = ['EXECUTABLES', 'ProcessSpec', 'child_env', 'ensure_loopback_dds', 'param_text']
+__all__ = [
+    'EXECUTABLES',
+    'ProcessSpec',
+    'child_env',
+    'ensure_loopback_dds',
+    'options_help',
+    'param_text',
+    'parse_args',
+    'parse_options',
+]
 
 
 @dataclass(frozen=True)
@@ -103,9 +126,25 @@ class LaunchArgument:
     default: str
     description: str
     targets: tuple[tuple[str, str], ...] = ()
+    kind: Param | None = None  # the type of an argument that sets no node parameter
+
+    def param(self) -> Param:
+        """The table entry that types and range-checks this argument's value."""
+        if self.kind is not None:
+            return self.kind
+        node, name = self.targets[0]
+        return NODE_TABLES[node][name]
+
+    def convert(self, text: Any) -> Any:
+        """The argument's value, typed; :class:`ValueError` names ``name:=value`` if refused."""
+        return self.param().convert(text, f'{self.name}:={text}')
 
 
 CONTROL, LEARNER = 'rip_control', 'rip_learner'
+NODE_TABLES = {
+    CONTROL: table_by_name(CONTROL_PARAMETERS),
+    LEARNER: table_by_name(LEARNER_PARAMETERS),
+}
 LAUNCH_ARGUMENTS = (
     LaunchArgument(
         'rate', '50.0', 'control rate, Hz', ((CONTROL, 'rate_hz'), (LEARNER, 'rate_hz'))
@@ -143,24 +182,37 @@ LAUNCH_ARGUMENTS = (
     LaunchArgument(
         'policy',
         '',
-        "initial actor (.safetensors); the runner's 'auto' picks the run's latest or the "
-        'packaged pre-trained one',
+        'initial actor (.safetensors); empty: the pre-trained policy shipped for the rate; '
+        "'auto': the run's latest, else the shipped one",
         ((CONTROL, 'policy'), (LEARNER, 'policy')),
     ),
     LaunchArgument(
         'params_file',
         '',
         "YAML with both nodes' parameters (default: the installed config/finetune.yaml)",
+        kind=Param('params_file', '', 'YAML file'),
     ),
-    LaunchArgument('rig_params', '', 'emulator physics YAML (empty: QUBE-Servo 2)'),
+    LaunchArgument(
+        'rig_params',
+        '',
+        'emulator physics YAML (empty: QUBE-Servo 2)',
+        kind=Param('rig_params', '', 'YAML file'),
+    ),
     LaunchArgument(
         'rigs',
         '1',
         'control nodes (namespaces rig0, rig1...) feeding the one learner; serial_port takes '
         'a comma-separated port per rig, or empty for an emulator each',
+        kind=Param('rigs', 1, 'number of rigs', 1, 16),
     ),
-    LaunchArgument('emulator_link', '/tmp/rip_rig', 'where the emulator links its pty'),
+    LaunchArgument(
+        'emulator_link',
+        '/tmp/rip_rig',
+        'where the emulator links its pty',
+        kind=Param('emulator_link', '', 'path'),
+    ),
 )
+LAUNCH_ARGUMENT_BY_NAME = {a.name: a for a in LAUNCH_ARGUMENTS}
 
 
 def default_params_file() -> Path:
@@ -172,7 +224,7 @@ def default_params_file() -> Path:
         from ament_index_python.packages import get_package_share_directory
 
         return Path(get_package_share_directory('rip_control')) / 'config' / 'finetune.yaml'
-    except ImportError:  # pragma: no cover - no ROS 2 install and no source tree
+    except (ImportError, LookupError, OSError):  # no ROS 2 install and no source tree
         raise FileNotFoundError('config/finetune.yaml not found; pass params_file:=PATH') from None
 
 
@@ -187,7 +239,7 @@ def packaged_policy(rate_hz: float) -> Path:
 
         share = Path(get_package_share_directory('rip_control'))
         return share / 'policies' / name / 'policy.safetensors'
-    except ImportError:  # no ROS 2 install: the source tree's path (may not exist)
+    except (ImportError, LookupError, OSError):  # not installed: the source tree's path
         return here
 
 
@@ -198,81 +250,12 @@ RIG_REMAPS = {'transitions': '/transitions', 'policy_weights': '/policy_weights'
 def launch_default(a: LaunchArgument) -> str:
     """The value an argument takes when not given, in the launch file and the runner alike.
 
-    ``params_file`` defaults to the installed ``config/finetune.yaml`` and ``policy`` to the
-    shipped 50 Hz pre-trained policy (at another rate the nodes refuse it, naming both
-    rates: pass a policy pre-trained at that rate); the rest to their table default.
+    ``params_file`` defaults to the installed ``config/finetune.yaml``; the rest to their
+    table default (an empty ``policy`` is resolved by the plan, for the rate).
     """
     if a.name == 'params_file':
         return str(default_params_file())
-    if a.name == 'policy':
-        packaged = packaged_policy(50.0)
-        return str(packaged) if packaged.exists() else ''
     return a.default
-
-
-def parse_args(argv: list[str]) -> dict[str, str]:
-    """``name:=value`` pairs (the launch-file syntax); anything else is refused by name."""
-    out = {}
-    for item in argv:
-        name, sep, value = item.partition(':=')
-        if not sep or not name:
-            raise ValueError(f'argument {item!r} is not name:=value')
-        out[name] = value
-    return out
-
-
-def parse_value(text: str) -> Any:
-    """A ``name:=value`` value typed the way ROS 2 types it (YAML scalar or list)."""
-    import yaml
-
-    if text == '':
-        return ''
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
-def parse_options(argv: list[str], table: tuple[Param, ...]) -> dict[str, Any]:
-    """``name:=value`` command-line options typed and range-checked against a table.
-
-    Tools that start no node (pre-training, evaluation) take their options this way too, so
-    every command of the package reads the same. Every error names the option and the value.
-    """
-    given = parse_args(argv)
-    known = {p.name: p for p in table}
-    unknown = sorted(set(given) - set(known))
-    if unknown:
-        raise ValueError(f'unknown option(s) {unknown}; known: {sorted(known)}')
-    out = {p.name: p.default for p in table}
-    for name, text in given.items():
-        p = known[name]
-        value = parse_value(text)
-        default = p.default
-        if isinstance(default, bool):
-            ok = isinstance(value, bool)
-        elif isinstance(default, int):
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif isinstance(default, float):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            value = float(value) if ok else value
-        elif isinstance(default, list):
-            ok = isinstance(value, list)
-        else:
-            ok, value = True, text
-        if not ok:
-            raise ValueError(
-                f'{name}:={text} is not a {type(default).__name__} (default {default!r})'
-            )
-        if p.lo is not None and p.hi is not None and not p.lo <= value <= p.hi:
-            raise ValueError(f'{name}:={text} is outside [{p.lo:g}, {p.hi:g}]')
-        out[name] = value
-    return out
-
-
-def options_help(table: tuple[Param, ...]) -> str:
-    """One line per option: ``name:=default  description``."""
-    return '\n'.join(f'  {p.name}:={p.default!r:<14} {p.description}' for p in table)
 
 
 def help_requested(argv: list[str], doc: str | None, table: tuple[Param, ...]) -> bool:
@@ -294,27 +277,48 @@ def arguments_help(skip: tuple[str, ...] = (), defaults: dict[str, str] | None =
     )
 
 
-def node_parameters(args: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """Parameters of each node: the params file, then the launch arguments over it.
+def launch_values(args: dict[str, str]) -> dict[str, Any]:
+    """Every launch argument's value, typed: the given text converted, else the default.
 
-    :param args: launch arguments given by the user (unknown names are refused).
+    :raises ValueError: an unknown argument, or a value its type or range refuses, naming the
+        argument, the value and what is accepted.
+    """
+    for name in args:
+        if name not in LAUNCH_ARGUMENT_BY_NAME:
+            raise unknown_name(name, LAUNCH_ARGUMENT_BY_NAME, 'argument')
+    return {a.name: a.convert(args.get(a.name, launch_default(a))) for a in LAUNCH_ARGUMENTS}
+
+
+def node_parameters(args: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Parameters of each node, typed: the params file, then the launch arguments over it.
+
+    Both are converted by the nodes' parameter tables, so ``rate_hz: 50`` in the file and
+    ``rate:=50`` on the command line are the double 50.0, and a name no node declares is
+    refused rather than silently ignored.
+
+    :param args: launch arguments given by the user, as text.
+    :raises ValueError: naming the bad argument, file key or value.
     """
     import yaml
 
-    known = {a.name: a for a in LAUNCH_ARGUMENTS}
-    unknown = sorted(set(args) - set(known))
-    if unknown:
-        raise ValueError(f'unknown argument(s) {unknown}; known: {sorted(known)}')
-    values = {a.name: args.get(a.name, launch_default(a)) for a in LAUNCH_ARGUMENTS}
-    path = Path(values['params_file']) if values['params_file'] else default_params_file()
+    values = launch_values(args)
+    path = Path(values['params_file'])
     try:
         doc = yaml.safe_load(path.read_text()) or {}
     except OSError as exc:
-        raise ValueError(f'params_file {path}: {exc}') from exc
+        raise ValueError(f'params_file:={path}: {exc.strerror or exc}') from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f'params_file:={path}: not valid YAML ({exc})') from None
+    if not isinstance(doc, dict):
+        raise ValueError(f'params_file:={path}: expected node names at the top level')
     out: dict[str, dict[str, Any]] = {}
-    for node in (CONTROL, LEARNER):
-        out[node] = dict((doc.get(node) or {}).get('ros__parameters') or {})
+    for node, table in NODE_TABLES.items():
+        section = doc.get(node) or {}
+        given = section.get('ros__parameters') if isinstance(section, dict) else None
+        out[node] = convert_all(
+            dict(given or {}), table.values(), f'{node} parameter', f'params_file:={path}: '
+        )
     for a in LAUNCH_ARGUMENTS:
         for node, param in a.targets:
-            out[node][param] = parse_value(values[a.name])
+            out[node][param] = values[a.name]
     return out

@@ -1,28 +1,18 @@
 """Shared node plumbing: parameter tables declared from one list, and the spin of ``main()``.
 
-Both nodes keep their parameters as a tuple of :class:`Param`; :func:`declare` turns it into
-``declare_parameter`` calls with a ``ParameterDescriptor`` (a floating-point range for float
-defaults, an integer range for int defaults), so ``ros2 param describe`` shows the same text
+Both nodes declare from the ROS-free tables of :mod:`rip_control.params`; :func:`declare` makes
+them ``declare_parameter`` calls with a ``ParameterDescriptor`` (a floating-point range for
+doubles, an integer range for integers), so ``ros2 param describe`` shows the same text
 and limits that the table says.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 
-
-@dataclass(frozen=True)
-class Param:
-    """One parameter: name, default, description and an optional inclusive range."""
-
-    name: str
-    default: Any
-    description: str
-    lo: float | None = None
-    hi: float | None = None
+from rip_control.params import DOUBLE, INTEGER, Param
 
 
 def descriptor(p: Param) -> ParameterDescriptor:
@@ -30,18 +20,33 @@ def descriptor(p: Param) -> ParameterDescriptor:
     desc = ParameterDescriptor(description=p.description)
     if p.lo is None or p.hi is None:
         return desc
-    if isinstance(p.default, float):
+    if p.type == DOUBLE:
         desc.floating_point_range = [
             FloatingPointRange(from_value=float(p.lo), to_value=float(p.hi), step=0.0)
         ]
-    elif isinstance(p.default, int) and not isinstance(p.default, bool):
+    elif p.type == INTEGER:
         desc.integer_range = [IntegerRange(from_value=int(p.lo), to_value=int(p.hi), step=1)]
     return desc
 
 
 def declare(node: Any, table: tuple[Param, ...]) -> None:
-    """Declare every parameter of ``table`` on ``node``."""
+    """Declare every parameter of ``table`` on ``node``, overrides converted by the table.
+
+    rcl types ``-p rate_hz:=50`` and ``rate_hz: 50`` in a params file as INTEGER, and
+    ``declare_parameter`` would refuse them for a double; each override is converted (and
+    range-checked) by its table entry first, so the node takes what the runner and the
+    launch file take.
+
+    :raises ValueError: an override the table refuses, naming the parameter and the value.
+    """
+    from rclpy.parameter import Parameter
+
+    overrides = getattr(node, '_parameter_overrides', None)
     for p in table:
+        if isinstance(overrides, dict) and p.name in overrides:
+            given = overrides[p.name].value
+            value = p.convert(given, f'parameter {p.name}:={given!r}')
+            overrides[p.name] = Parameter(p.name, value=value)
         node.declare_parameter(p.name, p.default, descriptor(p))
 
 

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from rip_control.launching import ensure_loopback_dds, help_requested, parse_options
-from rip_control.node_params import Param
+from rip_control.params import Param
 
 OPTIONS = (
     Param('out', 'transitions_bag', 'bag directory to create (must not exist)'),

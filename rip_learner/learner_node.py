@@ -42,7 +42,8 @@ from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 from rip_control.bags import BagRejected, read_transitions
 from rip_control.control_node import TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.env import ACTION_SIZE, OBS_SIZE
-from rip_control.node_params import Param, declare, spin_until_shutdown
+from rip_control.node_params import declare, spin_until_shutdown
+from rip_control.params import LEARNER_PARAMETERS
 from rip_control.policy import PolicyRejected, encode_actor, load_actor_file
 from rip_control.transitions import Transition, TransitionRejected, check_period, unpack
 from rip_learner import buffer_store
@@ -95,38 +96,7 @@ class LearnerSettings:
     fault_train_error_after_updates: int = 0
 
 
-PARAMETERS = (
-    Param('rate_hz', 50.0, 'control rate of the rigs, Hz (buffers are tagged)', 1.0, 1000.0),
-    Param('gradient_steps', 4, 'K: SAC updates per received transition', 0, 1000),
-    Param('batch_size', 256, 'SAC minibatch', 1, 65536),
-    Param('learning_starts', 500, 'stored transitions before the first update', 0, 10**9),
-    Param('hidden_sizes', [64, 64], 'actor and critic hidden layers'),
-    Param('learning_rate', 3e-4, 'Adam learning rate', 1e-7, 1.0),
-    Param('gamma', 0.99, 'discount', 0.0, 1.0),
-    Param('tau', 0.005, 'target smoothing', 0.0, 1.0),
-    Param('buffer_size', 200_000, 'replay buffer capacity', 1, 10**8),
-    Param('torch_threads', 1, 'torch intra-op threads', 1, 256),
-    Param('max_chunk', 32, 'largest train() call, in gradient steps', 1, 10000),
-    Param('dt_tolerance_ms', 5.0, 'largest |dt - 1/rate_hz| a transition may have', 0.01, 1e4),
-    Param('resume_buffer', '', 'replay buffer file to continue from'),
-    Param('resume_bag', '', 'rosbag2 directories of transitions to import (comma-separated)'),
-    Param('policy', '', 'initial actor weights (.safetensors)'),
-    Param('run_name', 'default', 'outputs under runs/<run_name>'),
-    Param('runs_dir', 'runs', 'parent directory of runs'),
-    Param('publish_every_steps', 200, 'publish the actor every this many updates', 1, 10**9),
-    Param('publish_every_s', 2.0, '... or this often while training', 0.01, 3600.0),
-    Param('checkpoint_every_s', 30.0, 'save buffer and checkpoint this often', 1.0, 86400.0),
-    Param('nice', 10, 'niceness added to this process (the control loop has priority)', 0, 19),
-    Param('cpus', [-1], 'pin this process to these CPUs ([-1]: no pinning)'),
-    Param('seed', 0, 'SAC seed'),
-    Param(
-        'fault_train_error_after_updates',
-        0,
-        'FAULT INJECTION (tests): the training thread raises after this many updates (0: off)',
-        0,
-        10**9,
-    ),
-)
+PARAMETERS = LEARNER_PARAMETERS
 
 
 class LearnerNode(Node):

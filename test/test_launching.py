@@ -54,19 +54,45 @@ def _launch_executables():
 
 
 def test_runner_plan_has_the_launch_files_executables_and_parameters():
-    specs, _ = finetune.plan({'rate': '100', 'episodes': '3', 'gradient_steps': '2'}, pid=1)
+    args = {'rate': '50', 'episodes': '3', 'gradient_steps': '2', 'run_name': '2024'}
+    specs, _ = finetune.plan(args, pid=1)
     assert {s.executable for s in specs} == _launch_executables()
     by = {s.label: s for s in specs}
-    params = node_parameters({'rate': '100', 'episodes': '3', 'gradient_steps': '2'})
+    params = node_parameters(args)
     for key, value in params[CONTROL].items():
-        if key != 'serial_port':
+        if key not in ('serial_port', 'policy'):
             assert by['control'].params[key] == value
-    assert by['control'].params['rate_hz'] == 100 and by['learner'].params['rate_hz'] == 100
+    # Typed by the table, whatever the spelling: rate:=50 is the double the nodes declare.
+    assert by['control'].params['rate_hz'] == 50.0 and by['learner'].params['rate_hz'] == 50.0
+    assert isinstance(by['control'].params['rate_hz'], float)
     assert by['control'].params['episodes'] == 3
     assert by['learner'].params['gradient_steps'] == 2
     assert by['control'].params['serial_port'] == '/tmp/rip_rig_1'  # the emulator's link
+    # An empty policy is the one shipped for the rate.
+    assert by['control'].params['policy'] == str(launching.packaged_policy(50.0))
     cmd = by['control'].command()
-    assert '-p' in cmd and 'rate_hz:=100' in cmd
+    assert '-p' in cmd and 'rate_hz:=50.0' in cmd and 'episodes:=3' in cmd
+    assert "run_name:='2024'" in cmd  # quoted: rcl would read a bare 2024 as an integer
+
+
+def test_a_params_file_is_typed_by_the_table_and_unknown_keys_are_refused(tmp_path):
+    path = tmp_path / 'p.yaml'
+    path.write_text(
+        'rip_control:\n  ros__parameters:\n    max_action_v: 3\n    max_strikes: 4.0\n'
+        'rip_learner:\n  ros__parameters:\n    learning_rate: 1\n    run_name: 2024\n'
+    )
+    params = node_parameters({'params_file': str(path)})
+    assert params[CONTROL]['max_action_v'] == 3.0 and isinstance(
+        params[CONTROL]['max_action_v'], float
+    )
+    assert params[CONTROL]['max_strikes'] == 4 and isinstance(params[CONTROL]['max_strikes'], int)
+    assert params[LEARNER]['learning_rate'] == 1.0
+    path.write_text('rip_control:\n  ros__parameters:\n    max_strike: 4\n')
+    with pytest.raises(ValueError, match=r'p.yaml.*max_strike.*did you mean max_strikes'):
+        node_parameters({'params_file': str(path)})
+    path.write_text('rip_control:\n  ros__parameters:\n    max_strikes: 2.5\n')
+    with pytest.raises(ValueError, match=r'max_strikes: 2.5: expected an integer'):
+        node_parameters({'params_file': str(path)})
 
 
 def test_yaml_and_launch_defaults_agree():
@@ -74,14 +100,18 @@ def test_yaml_and_launch_defaults_agree():
     for a in LAUNCH_ARGUMENTS:
         for node, param in a.targets:
             in_yaml = doc[node]['ros__parameters'][param]
-            assert param_text(in_yaml) == param_text(
-                yaml.safe_load(a.default) if a.default else ''
-            ), f'{a.name}: launch default {a.default!r} vs {node}.{param}={in_yaml!r}'
+            assert param_text(a.convert(in_yaml)) == param_text(a.convert(a.default)), (
+                f'{a.name}: launch default {a.default!r} vs {node}.{param}={in_yaml!r}'
+            )
 
 
 def test_unknown_or_malformed_arguments_are_refused_by_name():
-    with pytest.raises(ValueError, match='rat'):
+    with pytest.raises(ValueError, match="argument 'rat' does not exist; did you mean rate"):
         node_parameters({'rat': '50'})
+    with pytest.raises(ValueError, match=r'rate:=abc: expected a double'):
+        node_parameters({'rate': 'abc'})
+    with pytest.raises(ValueError, match=r'episodes:=2.5: expected an integer'):
+        node_parameters({'episodes': '2.5'})
     with pytest.raises(ValueError, match='episodes=3'):
         launching.parse_args(['episodes=3'])
 
@@ -121,5 +151,5 @@ def test_a_plan_for_several_rigs_gives_each_its_namespace_emulator_and_folder():
     assert sum(s.executable == 'learner_node' for s in specs) == 1
     with pytest.raises(ValueError, match=r'serial_port lists 1 port\(s\) but rigs:=2'):
         finetune.plan({'rigs': '2', 'serial_port': '/dev/ttyUSB0'})
-    with pytest.raises(ValueError, match=r'rigs:=0 is outside \[1, 16\]'):
+    with pytest.raises(ValueError, match=r'rigs:=0: expected a value in \[1, 16\]'):
         finetune.plan({'rigs': '0'})

@@ -1,0 +1,295 @@
+"""Every parameter of the package in one ROS-free table: name, type, default, range, text.
+
+The nodes declare their parameters from :data:`CONTROL_PARAMETERS` and
+:data:`LEARNER_PARAMETERS` (:mod:`rip_control.node_params` adds the ROS descriptors), and
+every entry point — the launch file, the runner, ``evaluate``, ``record``, the benchmarks,
+pre-training — converts ``name:=value`` text and params-file values with :meth:`Param.convert`.
+One conversion everywhere is what makes ``rate:=50`` the double 50.0 (ROS 2 would type it
+INTEGER and the node would refuse it), keeps ``run_name:=2024`` a string, refuses
+``episodes:=2.5`` naming the argument, and accepts ``rate_hz: 50`` in a YAML file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+import difflib
+import math
+from typing import Any
+
+DOUBLE, INTEGER, BOOL, STRING, INTEGER_ARRAY = 'double', 'integer', 'bool', 'string', 'integer[]'
+
+_TRUE = ('true', 'yes', 'on')
+_FALSE = ('false', 'no', 'off')
+
+
+def type_of(default: Any) -> str:
+    """The parameter type a default value stands for."""
+    if isinstance(default, bool):
+        return BOOL
+    if isinstance(default, int):
+        return INTEGER
+    if isinstance(default, float):
+        return DOUBLE
+    if isinstance(default, str):
+        return STRING
+    if isinstance(default, (list, tuple)) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in default
+    ):
+        return INTEGER_ARRAY
+    raise TypeError(f'no parameter type for default {default!r}')
+
+
+_EXPECTED = {
+    DOUBLE: 'a double: a number such as 50 or 0.5',
+    INTEGER: 'an integer: a whole number such as 10',
+    BOOL: 'a bool: true or false',
+    STRING: 'a string',
+    INTEGER_ARRAY: 'an integer array such as [64,64]',
+}
+
+
+def _bound(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f'{x:g}'
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter: name, default (its type gives the parameter's type), text, range.
+
+    :param name: parameter (or option) name.
+    :param default: default value; a float default makes a double, an int an integer, a
+        list of ints an integer array.
+    :param description: one line for ``--help`` and ``ros2 param describe``.
+    :param lo: inclusive lower bound (numbers only).
+    :param hi: inclusive upper bound (numbers only).
+    """
+
+    name: str
+    default: Any
+    description: str
+    lo: float | None = None
+    hi: float | None = None
+
+    @property
+    def type(self) -> str:
+        """``double``, ``integer``, ``bool``, ``string`` or ``integer[]``."""
+        return type_of(self.default)
+
+    def convert(self, value: Any, shown_as: str | None = None) -> Any:
+        """``value`` as this parameter's type, range-checked.
+
+        :param value: command-line text (``'50'``), or a value a YAML file gave (``50``).
+        :param shown_as: how the value is named in errors (default ``name:=value``).
+        :raises ValueError: naming the parameter, the value and what is accepted.
+        """
+        shown = shown_as or f'{self.name}:={value}'
+        kind = self.type
+        out = _convert(kind, value)
+        if out is None:
+            raise ValueError(f'{shown}: expected {_EXPECTED[kind]} ({self.description})')
+        if kind in (DOUBLE, INTEGER) and self.lo is not None and self.hi is not None:
+            if not self.lo <= out <= self.hi:
+                raise ValueError(
+                    f'{shown}: expected a value in [{_bound(self.lo)}, {_bound(self.hi)}] '
+                    f'({self.description})'
+                )
+        return out
+
+
+def _convert(kind: str, value: Any) -> Any:
+    """The converted value, or None when ``value`` is not of ``kind``."""
+    text = value.strip() if isinstance(value, str) else None
+    if kind == STRING:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)  # run_name: 2024 in a YAML file is the name '2024'
+        return None
+    if kind == BOOL:
+        if isinstance(value, bool):
+            return value
+        if text is not None and text.lower() in _TRUE + _FALSE:
+            return text.lower() in _TRUE
+        return None
+    if kind == INTEGER_ARRAY:
+        if text is not None:
+            import yaml
+
+            try:
+                value = yaml.safe_load(text)
+            except yaml.YAMLError:
+                return None
+        if not isinstance(value, (list, tuple)):
+            return None
+        items = [_convert(INTEGER, v) for v in value]
+        return None if any(v is None for v in items) else items
+    number: Any = value
+    if text is not None:
+        try:
+            number = int(text)
+        except ValueError:
+            try:
+                number = float(text)
+            except ValueError:
+                return None
+    if isinstance(number, bool) or not isinstance(number, (int, float)):
+        return None
+    if not math.isfinite(number):
+        return None
+    if kind == DOUBLE:
+        return float(number)
+    if isinstance(number, float):  # 3.0 is the integer 3; 2.5 is no integer
+        return int(number) if number.is_integer() else None
+    return number
+
+
+def table_by_name(table: Iterable[Param]) -> dict[str, Param]:
+    """``{name: Param}`` of a table."""
+    return {p.name: p for p in table}
+
+
+def unknown_name(name: str, known: Iterable[str], what: str) -> ValueError:
+    """The error for a name that is not in a table, with the closest ones as a hint."""
+    known = sorted(known)
+    close = difflib.get_close_matches(name, known, n=2)
+    hint = f'did you mean {" or ".join(close)}?' if close else f'known: {", ".join(known)}'
+    return ValueError(f'{what} {name!r} does not exist; {hint}')
+
+
+def convert_all(
+    values: dict[str, Any], table: Iterable[Param], what: str, source: str = ''
+) -> dict[str, Any]:
+    """Every value of ``values`` converted by its table entry; unknown names refused.
+
+    :param what: how a name is called in errors (``'rip_control parameter'``).
+    :param source: prefix for errors (e.g. the params file).
+    """
+    known = table_by_name(table)
+    out = {}
+    for name, value in values.items():
+        if name not in known:
+            raise ValueError(source + str(unknown_name(name, known, what)))
+        shown = f'{source}{name}: {value!r}' if source else None
+        out[name] = known[name].convert(value, shown)
+    return out
+
+
+def parse_options(argv: list[str], table: tuple[Param, ...]) -> dict[str, Any]:
+    """``name:=value`` command-line options, typed and range-checked against a table.
+
+    Tools that start no node (pre-training, recording) take their options this way too, so
+    every command of the package reads the same. Every error names the option and the value.
+    """
+    given = parse_args(argv)
+    out = {p.name: p.default for p in table}
+    out.update(convert_all(given, table, 'option'))
+    return out
+
+
+def parse_args(argv: list[str]) -> dict[str, str]:
+    """``name:=value`` pairs (the launch-file syntax); anything else is refused by name."""
+    out = {}
+    for item in argv:
+        name, sep, value = item.partition(':=')
+        if not sep or not name:
+            raise ValueError(f'argument {item!r} is not name:=value')
+        out[name] = value
+    return out
+
+
+def options_help(table: tuple[Param, ...]) -> str:
+    """One line per option: ``name:=default  (type) description``."""
+    return '\n'.join(
+        f'  {p.name}:={_shown_default(p):<14} ({p.type}) {p.description}' for p in table
+    )
+
+
+def _shown_default(p: Param) -> str:
+    if isinstance(p.default, bool):
+        return str(p.default).lower()
+    if isinstance(p.default, list):
+        return '[' + ','.join(str(v) for v in p.default) + ']'
+    return repr(p.default) if isinstance(p.default, str) else str(p.default)
+
+
+# ---- the two nodes ------------------------------------------------------------------------
+
+CONTROL_PARAMETERS = (
+    Param('rate_hz', 50.0, 'control rate, Hz', 1.0, 1000.0),
+    Param('serial_port', '', 'rig serial device'),
+    Param('serial_timeout_ms', 10.0, 'bound on one serial transaction', 0.5, 500.0),
+    Param('timing_violation_threshold_ms', 5.0, 'overrun that counts as a strike', 0.1, 1000.0),
+    Param('max_strikes', 3, 'consecutive strikes to trip', 1, 100),
+    Param(
+        'hung_timeout_ms', 100.0, 'silence before the hung-loop watchdog disengages', 5.0, 10000.0
+    ),
+    Param('max_serial_errors', 3, 'consecutive failed ticks', 1, 100),
+    Param('episode_seconds', 6.0, 'policy time per episode, s', 0.02, 3600.0),
+    Param('episodes', 0, 'stop after this many episodes (0: unlimited)', 0, 1_000_000),
+    Param('max_action_v', 8.0, 'volts at action +/-1', 0.1, 24.0),
+    Param('arm_limit_rad', 1.6, 'episode ends beyond this arm angle', 0.1, 3.14),
+    Param('policy', '', 'initial actor weights (.safetensors)'),
+    Param('allow_random_policy', False, 'activate with an untrained actor'),
+    Param('hidden_sizes', [64, 64], 'hidden layers of a random actor'),
+    Param('stochastic_actions', True, 'sample actions (exploration)'),
+    Param('run_name', 'default', 'outputs under runs/<run_name>'),
+    Param('runs_dir', 'runs', 'parent directory of runs'),
+    Param('control_cpu', -1, 'CPU for the control thread (-1: the last one)', -1, 4095),
+    Param('fifo_priority', 80, 'SCHED_FIFO priority of the control thread (0: off)', 0, 99),
+    Param(
+        'gil_holders_fifo_priority',
+        0,
+        'SCHED_FIFO priority of the other threads (executor, publisher, DDS), so a load cannot '
+        'preempt a thread holding the GIL the control thread needs (0: off; measured worse on '
+        '2 cores, see README)',
+        0,
+        98,
+    ),
+    Param('switch_interval_us', 500, 'Python GIL switch interval', 50, 5000),
+    Param('tick_topic_max_hz', 100.0, 'rate cap of the per-tick topic', 0.0, 10000.0),
+    Param('gc_off', True, 'freeze and disable the garbage collector while active'),
+    Param('tick_trace', '', 'benchmarks: write every tick dt/overrun to this .npz on deactivate'),
+    Param('seed', 0, 'exploration noise seed', 0, 2**31 - 1),
+    Param(
+        'fault_tick_delay_ms',
+        0.0,
+        'FAULT INJECTION (tests only): stretch each tick by this long',
+        0.0,
+        10000.0,
+    ),
+    Param('fault_after_ticks', 0, 'FAULT INJECTION: ticks before the stretch', 0, 10**9),
+)
+
+LEARNER_PARAMETERS = (
+    Param('rate_hz', 50.0, 'control rate of the rigs, Hz (buffers are tagged)', 1.0, 1000.0),
+    Param('gradient_steps', 4, 'K: SAC updates per received transition', 0, 1000),
+    Param('batch_size', 256, 'SAC minibatch', 1, 65536),
+    Param('learning_starts', 500, 'stored transitions before the first update', 0, 10**9),
+    Param('hidden_sizes', [64, 64], 'actor and critic hidden layers'),
+    Param('learning_rate', 3e-4, 'Adam learning rate', 1e-7, 1.0),
+    Param('gamma', 0.99, 'discount', 0.0, 1.0),
+    Param('tau', 0.005, 'target smoothing', 0.0, 1.0),
+    Param('buffer_size', 200_000, 'replay buffer capacity', 1, 10**8),
+    Param('torch_threads', 1, 'torch intra-op threads', 1, 256),
+    Param('max_chunk', 32, 'largest train() call, in gradient steps', 1, 10000),
+    Param('dt_tolerance_ms', 5.0, 'largest |dt - 1/rate_hz| a transition may have', 0.01, 1e4),
+    Param('resume_buffer', '', 'replay buffer file to continue from'),
+    Param('resume_bag', '', 'rosbag2 directories of transitions to import (comma-separated)'),
+    Param('policy', '', 'initial actor weights (.safetensors)'),
+    Param('run_name', 'default', 'outputs under runs/<run_name>'),
+    Param('runs_dir', 'runs', 'parent directory of runs'),
+    Param('publish_every_steps', 200, 'publish the actor every this many updates', 1, 10**9),
+    Param('publish_every_s', 2.0, '... or this often while training', 0.01, 3600.0),
+    Param('checkpoint_every_s', 30.0, 'save buffer and checkpoint this often', 1.0, 86400.0),
+    Param('nice', 10, 'niceness added to this process (the control loop has priority)', 0, 19),
+    Param('cpus', [-1], 'pin this process to these CPUs ([-1]: no pinning)'),
+    Param('seed', 0, 'SAC seed', 0, 2**31 - 1),
+    Param(
+        'fault_train_error_after_updates',
+        0,
+        'FAULT INJECTION (tests): the training thread raises after this many updates (0: off)',
+        0,
+        10**9,
+    ),
+)

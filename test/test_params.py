@@ -1,0 +1,80 @@
+"""The one parameter table: how ``name:=value`` text and YAML values become typed values."""
+
+import pytest
+
+from rip_control.params import CONTROL_PARAMETERS, LEARNER_PARAMETERS, Param, parse_options
+
+RATE = Param('rate_hz', 50.0, 'control rate, Hz', 1.0, 1000.0)
+EPISODES = Param('episodes', 0, 'episodes', 0, 100)
+NAME = Param('run_name', 'default', 'run name')
+FLAG = Param('gc_off', True, 'flag')
+SIZES = Param('hidden_sizes', [64, 64], 'layers')
+
+
+@pytest.mark.parametrize('given', ['50', '50.0', '5e1', 50, 50.0])
+def test_a_whole_number_is_a_double_for_a_double_parameter(given):
+    value = RATE.convert(given)
+    assert value == 50.0 and isinstance(value, float)
+
+
+@pytest.mark.parametrize('given', ['3', '3.0', 3, 3.0])
+def test_an_integral_value_is_an_integer_for_an_integer_parameter(given):
+    value = EPISODES.convert(given)
+    assert value == 3 and type(value) is int
+
+
+@pytest.mark.parametrize('given', ['2024', 'yes', 'true', '1e3', '[1]', ''])
+def test_a_string_parameter_keeps_the_text_as_typed(given):
+    assert NAME.convert(given) == given
+
+
+def test_a_yaml_number_for_a_string_parameter_is_its_text():
+    assert NAME.convert(2024) == '2024'
+
+
+@pytest.mark.parametrize(
+    ('param', 'given', 'says'),
+    [
+        (RATE, 'abc', 'rate_hz:=abc: expected a double'),
+        (RATE, 'nan', 'rate_hz:=nan: expected a double'),
+        (RATE, 'inf', 'rate_hz:=inf: expected a double'),
+        (RATE, 'true', 'rate_hz:=true: expected a double'),
+        (RATE, '0', r'rate_hz:=0: expected a value in \[1, 1000\]'),
+        (EPISODES, '2.5', 'episodes:=2.5: expected an integer'),
+        (EPISODES, '-1', r'episodes:=-1: expected a value in \[0, 100\]'),
+        (EPISODES, True, 'expected an integer'),
+        (FLAG, 'maybe', 'gc_off:=maybe: expected a bool'),
+        (FLAG, 1, 'expected a bool'),
+        (SIZES, '[64, 6.5]', 'expected an integer array'),
+        (SIZES, '64', 'expected an integer array'),
+        (NAME, True, 'expected a string'),
+    ],
+)
+def test_a_value_of_the_wrong_type_or_range_is_refused_naming_it(param, given, says):
+    with pytest.raises(ValueError, match=says):
+        param.convert(given)
+
+
+@pytest.mark.parametrize(('given', 'value'), [('true', True), ('False', False), ('yes', True)])
+def test_bools_take_the_yaml_spellings(given, value):
+    assert FLAG.convert(given) is value
+
+
+def test_integer_arrays_parse_lists():
+    assert SIZES.convert('[256,256]') == [256, 256]
+    assert SIZES.convert([32, 32.0]) == [32, 32]
+
+
+def test_every_default_of_both_tables_converts_to_itself():
+    for p in CONTROL_PARAMETERS + LEARNER_PARAMETERS:
+        assert p.convert(p.default) == p.default, p.name
+
+
+def test_options_are_parsed_typed_with_unknown_names_refused_with_a_suggestion():
+    table = (RATE, EPISODES, NAME)
+    opts = parse_options(['rate_hz:=50', 'run_name:=2024'], table)
+    assert opts == {'rate_hz': 50.0, 'episodes': 0, 'run_name': '2024'}
+    with pytest.raises(ValueError, match="option 'episode' does not exist; did you mean episodes"):
+        parse_options(['episode:=3'], table)
+    with pytest.raises(ValueError, match="'episodes=3' is not name:=value"):
+        parse_options(['episodes=3'], table)

@@ -34,6 +34,7 @@ setup(
             'finetune = rip_control.finetune:main',
             'rig_emulator = rip_control.rig_emulator:main',
             'rig_check = rip_control.rig_check:main',
+            'finetune_supervisor = rip_control.supervisor:main',
         ],
     },
 )

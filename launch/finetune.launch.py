@@ -1,15 +1,23 @@
 """The whole fine-tune: ``ros2 launch rip_control finetune.launch.py rate:=50 [rigs:=2]``.
 
-Starts, per rig, the rig emulator (when ``serial_port`` is empty) and the control node as a
-lifecycle node that is configured and then activated automatically, and one learner. With
+Starts, per rig, the rig emulator (when ``serial_port`` is empty) and the control node (a
+lifecycle node), one learner, and the supervisor (:mod:`rip_control.supervisor`). With
 ``rigs:=N`` the control nodes run in namespaces ``rig0``... and their ``transitions`` and
 ``policy_weights`` are remapped onto the learner's ``/transitions`` and ``/policy_weights``.
 All nodes read ``params_file`` (default: the installed ``config/finetune.yaml``) with the
-arguments over it. The processes and their parameters come from
-``rip_control.finetune.plan``, the same function ``python -m rip_control.finetune`` (the
-runner for machines without ``ros2 launch``) starts them from, so the two cannot drift.
-Stop with Ctrl-C: the control nodes disengage on SIGINT, the learner saves its buffer. The
-operator's stop button: ``ros2 lifecycle set /rip_control deactivate``.
+arguments over it, typed by the package's one parameter table (``rate:=50`` is the double
+50.0). The processes and their parameters come from ``rip_control.finetune.plan``, the same
+function ``python -m rip_control.finetune`` (the runner for machines without ``ros2 launch``)
+starts them from, so the two cannot drift; a bad argument is refused before any process starts.
+
+Order, event-driven: the control nodes and the supervisor start once every emulator has
+printed its READY line; the supervisor configures each control node, activates it once its
+``transitions`` publisher has matched the learner, and when the episodes are done turns the
+motors off and waits for the learner to hold every transition. Its exit ends the launch (the
+learner saves its buffer on the way out); a failure ends it with a non-zero status. Ctrl-C
+stops every process at once: each control node disengages on its own signal, the learner
+saves, and the emulators wait (``--stop-grace-ms``) for the host's disengage before powering
+down. The operator's stop button: ``ros2 lifecycle set /rip_control deactivate``.
 """
 
 from launch import LaunchDescription
@@ -20,52 +28,65 @@ from launch.actions import (
     OpaqueFunction,
     RegisterEventHandler,
 )
-from launch.events import matches_action
+from launch.event_handlers import OnProcessExit, OnProcessIO
+from launch.events import Shutdown
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import LifecycleNode, Node
-from launch_ros.event_handlers import OnStateTransition
-from launch_ros.events.lifecycle import ChangeState
+from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackagePrefix
-import lifecycle_msgs.msg
 
 from rip_control.finetune import plan
 from rip_control.launching import LAUNCH_ARGUMENTS, launch_default
 
 
-def _lifecycle_to_active(node):
-    """Configure ``node`` now and activate it once it is inactive."""
-    configure = EmitEvent(
-        event=ChangeState(
-            lifecycle_node_matcher=matches_action(node),
-            transition_id=lifecycle_msgs.msg.Transition.TRANSITION_CONFIGURE,
-        )
-    )
-    activate = RegisterEventHandler(
-        OnStateTransition(
-            target_lifecycle_node=node,
-            start_state='configuring',
-            goal_state='inactive',
-            entities=[
-                EmitEvent(
-                    event=ChangeState(
-                        lifecycle_node_matcher=matches_action(node),
-                        transition_id=lifecycle_msgs.msg.Transition.TRANSITION_ACTIVATE,
-                    )
-                )
-            ],
-        )
-    )
-    return [activate, node, configure]
+def _typed(params):
+    """Parameters as launch_ros passes them on with their types kept.
+
+    launch_ros reads a plain string as YAML (``run_name: '2024'`` would become an integer);
+    a string marked as one stays a string. Numbers and lists are already typed by the plan.
+    """
+    return {
+        k: ParameterValue(v, value_type=str) if isinstance(v, str) else v
+        for k, v in params.items()
+    }
+
+
+def _when_all_ready(emulators, actions):
+    """Handlers that start ``actions`` once every emulator has printed its READY line."""
+    ready = set()
+
+    def on_stdout(event):
+        if event.action in ready or b'READY ' not in event.text:
+            return None
+        ready.add(event.action)
+        return actions if len(ready) == len(emulators) else None
+
+    return [
+        RegisterEventHandler(OnProcessIO(target_action=e, on_stdout=on_stdout)) for e in emulators
+    ]
+
+
+def _emulator_exited(event, context):
+    """An emulator that ends before the launch does leaves a rig without firmware."""
+    if not context.is_shutdown:
+        raise RuntimeError(f'{event.action.name} exited with status {event.returncode}')
+
+
+def _supervisor_exited(event, context):
+    """The run is over: end the launch (exit 0), or fail it naming the status."""
+    if event.returncode != 0 and not context.is_shutdown:
+        raise RuntimeError(f'the fine-tune failed (supervisor exit status {event.returncode})')
+    return [EmitEvent(event=Shutdown(reason='fine-tune done'))]
 
 
 def _actions(context):
-    """The plan's processes as launch actions (emulators, learner, control nodes)."""
+    """The plan's processes as launch actions, started in the runner's order."""
     given = {a.name: LaunchConfiguration(a.name).perform(context) for a in LAUNCH_ARGUMENTS}
-    specs, _ = plan(given)
-    actions = []
+    specs, _ = plan(given)  # a bad argument raises here, before any process starts
+    emulators, learners, controls = [], [], []
     for spec in specs:
         if spec.executable == 'rig_emulator':
-            actions.append(
+            emulators.append(
                 ExecuteProcess(
                     cmd=[[FindPackagePrefix('rip_control'), '/lib/rip_control/rig_emulator']]
                     + spec.args,
@@ -74,26 +95,56 @@ def _actions(context):
                 )
             )
         elif spec.executable == 'learner_node':
-            actions.append(
+            learners.append(
                 Node(
                     package='rip_control',
                     executable='learner_node',
                     name=spec.node_name,
-                    parameters=[spec.params],
+                    parameters=[_typed(spec.params)],
                     output='screen',
                 )
             )
         elif spec.executable == 'control_node':
-            node = LifecycleNode(
-                package='rip_control',
-                executable='control_node',
-                name=spec.node_name,
-                namespace=spec.namespace,
-                parameters=[spec.params],
-                remappings=list(spec.remaps.items()),
-                output='screen',
+            controls.append(
+                (
+                    spec,
+                    Node(
+                        package='rip_control',
+                        executable='control_node',
+                        name=spec.node_name,
+                        namespace=spec.namespace,
+                        parameters=[_typed(spec.params)],
+                        remappings=list(spec.remaps.items()),
+                        output='screen',
+                    ),
+                )
             )
-            actions.extend(_lifecycle_to_active(node))
+    episodes = int(controls[0][0].params.get('episodes', 0))
+    supervisor = Node(
+        package='rip_control',
+        executable='finetune_supervisor',
+        name='rip_supervisor',
+        arguments=[
+            'controls:=' + ','.join(spec.fqn for spec, _ in controls),
+            f'episodes:={episodes}',
+            f'learn:={"true" if learners else "false"}',
+        ],
+        output='screen',
+    )
+    after_ready = [node for _, node in controls] + [supervisor]
+    actions = [
+        *emulators,
+        *learners,
+        RegisterEventHandler(OnProcessExit(target_action=supervisor, on_exit=_supervisor_exited)),
+    ]
+    for emulator in emulators:
+        actions.append(
+            RegisterEventHandler(OnProcessExit(target_action=emulator, on_exit=_emulator_exited))
+        )
+    if emulators:
+        actions += _when_all_ready(emulators, after_ready)
+    else:
+        actions += after_ready
     return actions
 
 

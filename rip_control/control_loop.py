@@ -170,6 +170,7 @@ class ControlLoop:
         self.ticks = ticks
         self.episodes_out = episodes
         self.status = LoopStatus()
+        self.motor_confirmed_off = False  # the rig answered the loop's last disengage
         self._rng = np.random.default_rng(config.seed)
         self._hung_tripped = False
 
@@ -318,10 +319,14 @@ class ControlLoop:
             # A clean stop: nothing violated, so what is still held back is good data.
             self.transitions.flush_held_from_rt()
         finally:
+            # Any other way out is a fault: what no clean tick confirmed is withdrawn, and
+            # counted, never left behind uncounted.
+            self.transitions.discard_held_from_rt()
             st.phase = 'stopped'
             hung_dog.stop()
             try:
                 env.disengage_safely()
+                self.motor_confirmed_off = True
             except RigError as exc:
                 _log.error('disengage failed (%s); the firmware deadman will stop the motor', exc)
 

@@ -133,6 +133,9 @@ class ControlNode(LifecycleNode):
         declare(self, PARAMETERS)
         self._settings: NodeSettings | None = None
         self._client: LowLevelClient | None = None
+        # The rig confirmed the motor off and nothing engaged it since (configure or a
+        # confirmed disengage sets it; activate clears it).
+        self._motor_confirmed_off = True
         self._snapshot: PolicySnapshot | None = None
         self._loop: ControlLoop | None = None
         self._control_thread: threading.Thread | None = None
@@ -323,6 +326,7 @@ class ControlNode(LifecycleNode):
         )
         self._fault = None
         self._stop.clear()
+        self._motor_confirmed_off = False
         self._trace = []
         # The tick rate in the diagnostics counts from here; the first report after an
         # activation also spans the control thread's start-up, so it never warns.
@@ -408,13 +412,24 @@ class ControlNode(LifecycleNode):
         if thread is not None and thread.is_alive() and thread is not threading.current_thread():
             thread.join(timeout=2.0)
         self._control_thread = None
+        if self._loop is not None and self._loop.motor_confirmed_off:
+            self._motor_confirmed_off = True  # the control thread's own last disengage
         confirmed = True
         if self._client is not None and self._client.is_open:
             try:
                 self._client.disengage_motor()
+                self._motor_confirmed_off = True
             except RigError as exc:
-                confirmed = False
-                self.get_logger().error(f'disengage failed ({exc}); firmware deadman will act')
+                if self._motor_confirmed_off:
+                    # Inactive, and the rig confirmed the motor off when it got there: a rig
+                    # that is gone by now (e.g. powered down first) leaves nothing engaged.
+                    self.get_logger().warning(
+                        f'repeat disengage not answered ({exc}); the motor was already '
+                        'confirmed off'
+                    )
+                else:
+                    confirmed = False
+                    self.get_logger().error(f'disengage failed ({exc}); firmware deadman will act')
         self._stop_publisher_thread(publish)
         return confirmed
 
@@ -497,7 +512,12 @@ class ControlNode(LifecycleNode):
 
     def _publisher_main(self) -> None:
         while not self._publisher_stop.wait(0.002):
-            self._drain_outboxes()
+            try:
+                self._drain_outboxes()
+            except Exception:
+                if self.context.ok():
+                    raise
+                return  # a signal shut ROS down under a publish: the stop path drains the rest
 
     def _drain_outboxes(self, publish: bool = True) -> None:
         """Empty the loop's outboxes: publish (or count as unsent), trace, write timing rows."""
@@ -676,6 +696,9 @@ class ControlNode(LifecycleNode):
                 missed_ticks=st.missed_ticks,
                 serial_errors=st.serial_errors,
                 **self._link_counters(),
+                # Since the activation, each queued transition is published, withdrawn or
+                # dropped by a full outbox; one dropped late was never queued.
+                transitions_queued=self._transitions_out.n_pushed,
                 outbox_dropped=self._transitions_out.n_dropped_full,
                 transitions_withdrawn=self._transitions_out.n_discarded,
                 transitions_dropped_late=st.transitions_dropped_late,

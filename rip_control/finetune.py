@@ -107,7 +107,9 @@ def plan(
             rig['serial_port'] = ports[i]
         else:
             rig_link = link if one else f'{link}_{i}'
-            emu_args = ['--link', rig_link]
+            # --events: engage/disengage lines with their cause in the log; a grace so that,
+            # when a launch signals every process at once, the host's disengage comes first.
+            emu_args = ['--link', rig_link, '--events', '--stop-grace-ms', '500']
             if values['rig_params']:
                 emu_args += ['--params', values['rig_params']]
             label = 'emulator' if one else f'emulator{i}'
@@ -496,11 +498,14 @@ def _wait_for_learner(node: Any, children: list[_Child], timeout_s: float) -> No
 
 def _hand_over_to_learner(
     node: Any, drivers: list[Any], monitors: list[_Monitor], timeout_s: float = 5.0
-) -> None:
+) -> tuple[int, int] | None:
     """Deactivate every rig (motor off), then let the learner catch up before it is stopped.
 
     Waits (bounded) until the learner has received every transition the rigs published, so
     stopping it loses none in flight; if it has not by the deadline, says how many it got.
+
+    :returns: (transitions published, transitions the learner received), or None if the
+        rigs never reported inactive.
     """
     import rclpy
 
@@ -519,11 +524,12 @@ def _hand_over_to_learner(
     while time.monotonic() < deadline:
         got = counts()
         if got is not None and got[1] >= got[0]:
-            return
+            return got
         rclpy.spin_once(node, timeout_sec=0.05)
     got = counts()
     if got is not None:
         _say(f'the learner received {got[1]} of the {got[0]} transitions published')
+    return got
 
 
 def _wait_until(node: Any, ready: Callable[[], bool], timeout_s: float, what: str) -> None:

@@ -46,6 +46,7 @@ from rip_control.realtime import try_realtime
 
 FIRMWARE_BUILD = 1
 DEADMAN_RANGE_MS = (10, 2000)
+EVENTS_FILE_ENV = 'RIP_EMULATOR_EVENTS'
 
 # Longest sleep of the serving loop (bounds one catch-up of the physics), and how far past
 # the deadman's due time the loop wakes to apply it.
@@ -126,8 +127,14 @@ class Firmware:
         self.on_event: Callable[[str], None] | None = None
 
     def power_down(self) -> None:
-        """The firmware stops (SIGINT/SIGTERM): the driver stage is off before the device goes."""
+        """The firmware stops (SIGINT/SIGTERM): the driver stage is off before the device goes.
+
+        The ``powered down`` event comes last, after a ``disengaged stopping`` if the motor
+        was still engaged (one that is not was disengaged by the host or the deadman).
+        """
         self._set_engaged(False, 'stopping')
+        if self.on_event is not None:
+            self.on_event('powered down')
 
     def _set_engaged(self, engaged: bool, cause: str) -> None:
         if engaged != self.engaged and self.on_event is not None:
@@ -271,6 +278,9 @@ class Firmware:
         self.last_error = ErrorCode.BAD_CRC
 
 
+STOP_LINGER_S = 0.1  # after the host's disengage on a stop, time for it to read the reply
+
+
 class _Server:
     """The pty side: reads bytes, feeds the firmware, writes replies, injects faults."""
 
@@ -279,8 +289,12 @@ class _Server:
         self.faults = faults
         self.fd = master_fd
         self.parser = FrameParser()
-        self.stop = False
+        self.stop = False  # set by SIGINT/SIGTERM
+        self.stop_grace_s = 0.0
+        self._stop_seen_s: float | None = None
+        self._off_since_s: float | None = None
         self._n_faultable = 0
+        self.n_dropped = 0  # replies left unanswered by --drop-every
         self._pending: list[tuple[float, bytes]] = []  # (send_at, bytes), stalled replies
         self._rng = random.Random(1234)
 
@@ -290,7 +304,7 @@ class _Server:
         # deadman falls due, when a stalled reply is due, and at least every IDLE_WAKE_S. Waking
         # once per physics step bought nothing and cost 8 % of a core per emulator, at
         # real-time priority, which starved the other processes of a multi-rig run.
-        while not self.stop:
+        while not self._stopped():
             now = time.monotonic()
             since_start = now - start_s
             if faults.exit_after_s and since_start >= faults.exit_after_s:
@@ -327,6 +341,27 @@ class _Server:
                 reply = firmware.handle(frame, time.monotonic())
                 self._send(reply, since_start >= faults.start_after_s)
 
+    def _stopped(self) -> bool:
+        """A stop was asked, and the host has disengaged or the stop grace has run out.
+
+        A launch signals every process at once; the grace lets the control node's own
+        disengage (a few ms) reach the firmware before it powers down by itself, and the
+        firmware then lingers a moment so the host reads the reply (closing the pty would
+        discard it). The deadman still trips if the host has gone quiet.
+        """
+        if not self.stop:
+            return False
+        now = time.monotonic()
+        if self._stop_seen_s is None:
+            self._stop_seen_s = now
+        linger_s = min(STOP_LINGER_S, self.stop_grace_s)
+        if self.firmware.engaged:
+            self._off_since_s = None
+            return now - self._stop_seen_s >= self.stop_grace_s
+        if self._off_since_s is None:
+            self._off_since_s = now
+        return now - self._off_since_s >= linger_s
+
     def _send(self, reply: bytes, faults_active: bool) -> None:
         faults = self.faults
         delay_s = 0.0
@@ -334,6 +369,7 @@ class _Server:
             self._n_faultable += 1
             n = self._n_faultable
             if faults.drop_every and n % faults.drop_every == 0:
+                self.n_dropped += 1
                 return
             if faults.garbage_every and n % faults.garbage_every == 0:
                 reply = self._rng.randbytes(faults.garbage_bytes) + reply
@@ -371,6 +407,26 @@ def _remove_link(link: Path, device: str) -> None:
         pass
 
 
+def _event_sink(to_stdout: bool, path: str) -> Callable[[str], None] | None:
+    """Where ``EVENT <monotonic s> <what>`` lines go: stdout, a file (appended), both or none.
+
+    One ``os.write`` per line on an ``O_APPEND`` descriptor: several emulators may share the
+    file, and a reader never sees half a line.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if path else -1
+    if not to_stdout and fd < 0:
+        return None
+
+    def emit(what: str) -> None:
+        line = f'EVENT {time.monotonic():.6f} {what}'
+        if to_stdout:
+            print(line, flush=True)
+        if fd >= 0:
+            os.write(fd, (line + '\n').encode())
+
+    return emit
+
+
 def build_arg_parser() -> argparse.ArgumentParser:
     """Command-line interface (also used by the launch helpers to validate arguments)."""
     ap = argparse.ArgumentParser(
@@ -395,9 +451,23 @@ def build_arg_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument('--cpu', type=int, default=-1, help='pin to this CPU (default: no pinning)')
     ap.add_argument(
+        '--stop-grace-ms',
+        type=float,
+        default=0.0,
+        help='on SIGINT/SIGTERM while engaged, serve up to this long so the host disengages '
+        'first (a launch signals every process at once); default %(default)s',
+    )
+    ap.add_argument(
         '--events',
         action='store_true',
-        help='print "EVENT <monotonic s> engaged|disengaged <cause>" lines (for tests)',
+        help='print "EVENT <monotonic s> engaged|disengaged <cause>" lines, and "powered down" '
+        'last (for tests)',
+    )
+    ap.add_argument(
+        '--events-file',
+        default=os.environ.get(EVENTS_FILE_ENV, ''),
+        help='also append the EVENT lines to this file, for an emulator another process '
+        f'started (default: ${EVENTS_FILE_ENV})',
     )
     fault = ap.add_argument_group('fault injection')
     fault.add_argument(
@@ -438,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if not DEADMAN_RANGE_MS[0] <= args.deadman_ms <= DEADMAN_RANGE_MS[1]:
             raise ValueError(f'--deadman-ms must be in {DEADMAN_RANGE_MS}, got {args.deadman_ms}')
+        on_event = _event_sink(args.events, args.events_file)
     except (ValueError, FileNotFoundError) as exc:
         print(f'rig_emulator: error: {exc}', file=sys.stderr)
         return 2
@@ -455,8 +526,8 @@ def main(argv: list[str] | None = None) -> int:
         params, deadman_timeout_ms=args.deadman_ms, start_time_s=start, seed=args.seed
     )
     server = _Server(firmware, faults, master)
-    if args.events:
-        firmware.on_event = lambda what: print(f'EVENT {time.monotonic():.6f} {what}', flush=True)
+    server.stop_grace_s = max(0.0, args.stop_grace_ms) / 1000.0
+    firmware.on_event = on_event
 
     def _stop(signum: int, _frame: object) -> None:
         server.stop = True
@@ -473,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
         os.close(slave)
     print(
         f'rig_emulator: stopped after {firmware.n_requests} requests, '
-        f'{firmware.n_deadman_trips} deadman trip(s), {server.parser.n_errors} bad frame(s)',
+        f'{firmware.n_deadman_trips} deadman trip(s), {server.parser.n_errors} bad frame(s), '
+        f'{server.n_dropped} reply(s) dropped',
         flush=True,
     )
     return 0

@@ -319,9 +319,13 @@ class ControlLoop:
             # A clean stop: nothing violated, so what is still held back is good data.
             self.transitions.flush_held_from_rt()
         finally:
-            # Any other way out is a fault: what no clean tick confirmed is withdrawn, and
-            # counted, never left behind uncounted.
-            self.transitions.discard_held_from_rt()
+            # Any other way out is a fault. What is still held back is released if the tick
+            # timing since the last strike confirms it (as the next tick would have), else
+            # withdrawn and counted; never left behind uncounted.
+            if clean_streak >= holdback and not self._hung_tripped:
+                self.transitions.flush_held_from_rt()
+            else:
+                self.transitions.discard_held_from_rt()
             st.phase = 'stopped'
             hung_dog.stop()
             try:

@@ -68,22 +68,36 @@ class ControlRig:
         self.driver = driver
         self.run_dir = run_dir
 
-    def disengage_times(self):
-        return [t for t, what in self.emulator.events() if what.startswith('disengaged')]
+    def disengages(self, t0=0.0):
+        """``(time, cause)`` of the emulator's disengages from t0 on.
+
+        The cause is ``command`` (the host asked), ``deadman`` (the firmware's own timeout) or
+        ``stopping`` (the emulator itself was stopped).
+        """
+        return [
+            (t, what.split(' ', 1)[1])
+            for t, what in self.emulator.events()
+            if what.startswith('disengaged ') and t >= t0
+        ]
 
     def engaged_now(self):
         events = self.emulator.events()
         return bool(events) and events[-1][1].startswith('engaged')
 
-    def wait_disengaged_after(self, t0, timeout_s=2.0):
-        """Monotonic time of the first disengage after t0 (bounded wait), or None."""
+    def wait_disengage_after(self, t0, timeout_s=2.0):
+        """``(time, cause)`` of the first disengage after t0 (bounded wait), or None."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            later = [t for t in self.disengage_times() if t >= t0]
+            later = self.disengages(t0)
             if later:
                 return later[0]
             self.emulator.wait_for_line('EVENT', 0.05, start=len(self.emulator.lines))
         return None
+
+    def wait_disengaged_after(self, t0, timeout_s=2.0):
+        """Monotonic time of the first disengage after t0 (bounded wait), or None."""
+        first = self.wait_disengage_after(t0, timeout_s)
+        return None if first is None else first[0]
 
 
 @pytest.fixture

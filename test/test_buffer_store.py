@@ -3,6 +3,9 @@
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -25,9 +28,9 @@ def _arrays(n, seed=0):
     }
 
 
-def _save(path, n=100, rate=50.0, seed=0):
+def _save(path, n=100, rate=50.0, seed=0, version=7):
     arrays = _arrays(n, seed)
-    buffer_store.save(path, arrays, BufferMeta(rate, OBS, ACT, n, policy_version=7))
+    buffer_store.save(path, arrays, BufferMeta(rate, OBS, ACT, n, policy_version=version))
     return arrays
 
 
@@ -103,30 +106,63 @@ def test_sb3_buffer_extract_and_insert_round_trip_in_order():
     np.testing.assert_array_equal(out['dones'], arrays['dones'][3:])
 
 
-def _save_forever(path):
-    i = 0
+def _save_forever(path, first_seed, n):
+    # Each save tags the file with its seed (as the policy version): a loaded file says which
+    # complete save it is.
+    seed = first_seed
     while True:
-        i += 1
-        _save(path, n=20000, seed=i)
+        _save(path, n=n, seed=seed, version=seed)
+        seed += 1
 
 
-def test_a_kill_during_save_leaves_the_previous_buffer_intact(tmp_path):
+def test_a_kill_during_save_leaves_the_previous_buffer_intact_and_the_next_save_clears_its_temp(
+    tmp_path,
+):
     path = tmp_path / 'b.safetensors'
-    original = _save(path, n=20000, seed=0)
+    n = 20000  # 1.2 MB: the temp file lives long enough to be seen and killed in
+    _save(path, n=n, seed=0, version=0)
     ctx = multiprocessing.get_context('spawn')
-    for _ in range(5):
-        proc = ctx.Process(target=_save_forever, args=(path,))
+    leftovers, attempts = [], 0
+    while len(leftovers) < 3:
+        attempts += 1
+        assert attempts <= 20, f'only {len(leftovers)} of {attempts - 1} kills landed mid-save'
+        proc = ctx.Process(target=_save_forever, args=(path, 1000 * attempts, n))
         proc.start()
-        # Let it get into a save (bounded: the loop only saves), then kill it mid-write.
-        deadline_files = 0
-        while deadline_files < 200 and not any(
-            p.name.endswith('.tmp') for p in tmp_path.iterdir()
-        ):
-            deadline_files += 1
+        # This child's own temp file (its pid names it): it exists only while a save of this
+        # child is in progress, between creating it and renaming it over the buffer.
+        own_tmp = tmp_path / f'.{path.name}.{proc.pid}.tmp'
+        deadline = time.monotonic() + 60
+        while not own_tmp.exists():
+            assert proc.is_alive(), f'the saving child died on its own ({proc.exitcode})'
+            assert time.monotonic() < deadline, 'the child never started a save'
             os.sched_yield()
-            proc.join(timeout=0.01)
         os.kill(proc.pid, signal.SIGKILL)
         proc.join()
-        arrays, meta = _load(path)  # never a torn file
-        assert meta.count == 20000
-    assert arrays['rewards'].shape == original['rewards'].shape
+        if own_tmp.exists():  # the kill landed mid-save (else the save had just finished)
+            leftovers.append(own_tmp)
+        arrays, meta = _load(path)  # never a torn file...
+        assert meta.count == n
+        # ...but exactly one complete save: the first one or one of a killed child's.
+        expected = _arrays(n, seed=meta.policy_version)
+        for name in buffer_store.FIELDS:
+            np.testing.assert_array_equal(arrays[name], expected[name])
+    # The next save is not confused by what the killed writers left: it completes, and it
+    # removes their temp files (a learner killed now and then would otherwise fill the disk).
+    _save(path, n=10, seed=99, version=99)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['b.safetensors']
+    assert _load(path)[1].policy_version == 99
+
+
+def test_a_save_leaves_the_temp_file_of_a_live_writer_alone(tmp_path):
+    path = tmp_path / 'b.safetensors'
+    writer = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
+    try:
+        in_progress = tmp_path / f'.{path.name}.{writer.pid}.tmp'
+        in_progress.write_bytes(b'a save in progress')
+        _save(path)
+        assert in_progress.read_bytes() == b'a save in progress'
+    finally:
+        writer.kill()
+        writer.wait()
+    _save(path)  # its writer is dead now: a leftover
+    assert not in_progress.exists()

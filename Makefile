@@ -11,7 +11,12 @@ export ROS_DOMAIN_ID ?= $(shell echo $$(( ($$$$ % 100) + 100 )))
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test venv lint bench clean
+.PHONY: demo test venv lint bench clean launch-deps
+
+# The upstream ROS 2 launch and launch_ros sources, to run the launch file in the tests where
+# no ROS 2 install provides them (copied first: pip builds in the source tree).
+LAUNCH_SRC ?= $(CURDIR)/../shared/ros2_launch
+LAUNCH_STAMP := $(VENV)/.launch-installed
 
 venv: $(STAMP)
 
@@ -26,8 +31,19 @@ $(STAMP): requirements.txt constraints.txt
 demo: $(STAMP)
 	$(PY) -m rip_control.finetune run_name:=demo resume_buffer:=auto policy:=auto $(DEMO_ARGS)
 
-test: $(STAMP)
+test: $(STAMP) launch-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+launch-deps: $(STAMP)
+	@if [ -f $(LAUNCH_STAMP) ] || $(PY) -c 'import launch, launch_ros' 2>/dev/null; then :; \
+	elif [ -d $(LAUNCH_SRC)/launch ]; then \
+		tmp=$$(mktemp -d) && cp -r $(LAUNCH_SRC)/launch $(LAUNCH_SRC)/launch_ros \
+			$(LAUNCH_SRC)/composition_interfaces_placeholder $$tmp/ && \
+		$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt osrf-pycommon && \
+		$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $$tmp/launch \
+			$$tmp/launch_ros $$tmp/composition_interfaces_placeholder && \
+		rm -rf $$tmp && touch $(LAUNCH_STAMP); \
+	else echo "launch-deps: no ROS 2 launch and no $(LAUNCH_SRC): the launch-file tests skip"; fi
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -177,6 +177,7 @@ def _wait(node, cond, timeout_s):
 
 
 @pytest.mark.ros
+@pytest.mark.readme('python -m rip_control.record out:=runs/demo/transitions_bag rate:=50')
 def test_recorder_bags_a_live_control_node_and_the_learner_imports_it(
     control_rig, ros_node, learner_process, tmp_path
 ):

@@ -1,0 +1,243 @@
+"""``launch/finetune.launch.py`` under the real ROS 2 ``launch``, as ``ros2 launch`` runs it.
+
+The package is colcon-built into a temporary workspace and its installed launch file is run
+through ``launch.LaunchService`` (``test/launch_as_ros2.py``, ros2launch's code path), with
+the installed executables, in a process of its own. With CI=true the launch packages must be
+there (``.ci/run`` installs them from ``../shared/ros2_launch``); elsewhere the tests skip,
+naming what is missing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from ros2_cli import argv, colcon_build, require_launch, sourced_env
+
+from rip_control.env import ACTION_SIZE, OBS_SIZE
+from rip_learner import buffer_store
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+pytestmark = [pytest.mark.slow, pytest.mark.ros]
+
+
+@pytest.fixture(scope='module')
+def install_prefix(tmp_path_factory):
+    """The package colcon-built into a fresh workspace; its install prefix."""
+    require_launch()
+    prefix = colcon_build(tmp_path_factory.mktemp('ws'))
+    for exe in ('control_node', 'learner_node', 'rig_emulator', 'finetune_supervisor'):
+        assert os.access(prefix / 'lib' / 'rip_control' / exe, os.X_OK), exe
+    assert (prefix / 'share' / 'rip_control' / 'launch' / 'finetune.launch.py').exists()
+    return prefix
+
+
+class Launch:
+    """``ros2 launch rip_control finetune.launch.py ARGS`` in its own process group."""
+
+    def __init__(self, prefix: Path, cwd: Path, args: list[str]) -> None:
+        env = sourced_env(prefix)
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self.proc = subprocess.Popen(
+            argv('ros2 launch rip_control finetune.launch.py') + args,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # a terminal's Ctrl-C reaches the whole process group
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._cond:
+                self.lines.append(line.rstrip())
+                self._cond.notify_all()
+
+    def wait_for(self, pattern: str, timeout_s: float) -> str:
+        """The first output line matching ``pattern`` (bounded wait)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                for line in self.lines:
+                    if re.search(pattern, line):
+                        return line
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None and not self._reader.is_alive():
+                    pytest.fail(f'no line {pattern!r} within {timeout_s} s:\n' + self.text())
+                self._cond.wait(timeout=min(left, 0.5))
+
+    def wait(self, timeout_s: float) -> int:
+        try:
+            code = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            pytest.fail(f'the launch did not end within {timeout_s} s:\n' + self.text())
+        self._reader.join(timeout=5)
+        return code
+
+    def text(self) -> str:
+        return '\n'.join(self.lines[-80:])
+
+    def index(self, pattern: str) -> int:
+        """Index of the first line matching ``pattern`` (-1: none)."""
+        return next((i for i, line in enumerate(self.lines) if re.search(pattern, line)), -1)
+
+    def pids(self) -> list[int]:
+        return [
+            int(m.group(1))
+            for line in self.lines
+            if (m := re.search(r'started with pid \[(\d+)\]', line))
+        ]
+
+    def events(self, emulator: str = 'emulator') -> list[str]:
+        """The emulator's ``EVENT`` lines, ``what`` only, in order."""
+        prefix = f'[{emulator}-'
+        return [
+            line.split(' ', 3)[3]
+            for line in self.lines
+            if line.startswith(prefix) and ' EVENT ' in line
+        ]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _published(launch: Launch) -> tuple[int, int, int]:
+    line = launch.wait_for(r'transitions published \d+', 1)
+    m = re.search(r'published (\d+), unmatched (\d+), received by the learner (\d+)', line)
+    assert m, line
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def _buffer_count(path: Path) -> int:
+    _, meta = buffer_store.load(path, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+    return meta.count
+
+
+def _timing_rows(path: Path) -> int:
+    return len([line for line in path.read_text().splitlines()[1:] if line.strip()])
+
+
+@pytest.fixture(scope='module')
+def one_rig_run(install_prefix, tmp_path_factory):
+    """The README's launch, short: ``... rate:=50 episodes:=2 episode_seconds:=3``."""
+    cwd = tmp_path_factory.mktemp('launch1')
+    launch = Launch(
+        install_prefix,
+        cwd,
+        # The README's command as it spells it, then shortened (a later value wins).
+        README_LAUNCH.split()[4:]
+        + ['episodes:=2', 'episode_seconds:=3', f'emulator_link:={cwd / "rig"}'],
+    )
+    code = launch.wait(180)
+    return launch, code, cwd / 'runs' / 'first'
+
+
+README_LAUNCH = 'ros2 launch rip_control finetune.launch.py rate:=50 episodes:=10 run_name:=first'
+
+
+@pytest.mark.readme(
+    'ros2 launch rip_control finetune.launch.py rate:=50 episodes:=10 run_name:=first'
+)
+def test_the_launch_ends_by_itself_with_exit_0_when_the_episodes_are_done(one_rig_run):
+    launch, code, _ = one_rig_run
+    assert code == 0, launch.text()
+    assert launch.index(r'process has died') < 0, launch.text()
+    for pid in launch.pids():
+        assert not _alive(pid), f'process {pid} outlived the launch'
+
+
+def test_the_emulator_is_ready_before_the_control_node_starts(one_rig_run):
+    launch, _, _ = one_rig_run
+    ready = launch.index(r'^\[emulator-\d+\] READY ')
+    started = launch.index(r'\[control_node-\d+\]: process started')
+    configured = launch.index(r'\[rip_control\]: configured')
+    assert 0 <= ready < started < configured, launch.text()
+
+
+def test_activation_waits_for_the_learner_so_every_transition_reaches_the_buffer(one_rig_run):
+    launch, _, run_dir = one_rig_run
+    published, unmatched, received = _published(launch)
+    assert published >= 2 * 3 * 50 * 0.5  # two episodes of 3 s at 50 Hz arrived (some end early)
+    assert unmatched == 0 and received == published
+    assert _buffer_count(run_dir / 'replay_buffer.safetensors') == published
+
+
+def test_timing_csv_holds_both_episodes(one_rig_run):
+    _, _, run_dir = one_rig_run
+    assert _timing_rows(run_dir / 'timing.csv') == 2
+
+
+def test_the_motor_is_disengaged_by_the_node_before_the_emulator_powers_down(one_rig_run):
+    launch, _, _ = one_rig_run
+    events = launch.events()
+    assert events[0] == 'engaged command', events
+    assert events[-1] == 'powered down', events
+    assert events[-2] == 'disengaged command', events  # by the node, not the deadman or stop
+
+
+def test_two_rigs_run_their_episodes_and_the_launch_ends_by_itself(install_prefix, tmp_path):
+    launch = Launch(
+        install_prefix,
+        tmp_path,
+        [
+            'rigs:=2',
+            'rate:=50',
+            'episodes:=1',
+            'episode_seconds:=3',
+            f'emulator_link:={tmp_path / "rig"}',
+        ],
+    )
+    code = launch.wait(180)
+    assert code == 0, launch.text()
+    published, unmatched, received = _published(launch)
+    assert unmatched == 0 and received == published > 0
+    run_dir = tmp_path / 'runs' / 'default'
+    assert _buffer_count(run_dir / 'replay_buffer.safetensors') == published
+    for i in (0, 1):
+        assert _timing_rows(run_dir / f'rig{i}' / 'timing.csv') == 1
+        assert launch.index(rf'/rig{i}/rip_control active') >= 0
+    for emulator in ('emulator0', 'emulator1'):
+        events = launch.events(emulator)
+        assert events[-2:] == ['disengaged command', 'powered down'], (emulator, events)
+    for pid in launch.pids():
+        assert not _alive(pid), f'process {pid} outlived the launch'
+
+
+def test_ctrl_c_mid_run_disengages_first_saves_the_buffer_and_exits_0(install_prefix, tmp_path):
+    launch = Launch(
+        install_prefix,
+        tmp_path,
+        ['rate:=50', 'episodes:=0', 'episode_seconds:=3', f'emulator_link:={tmp_path / "rig"}'],
+    )
+    launch.wait_for(r'\[rip_supervisor\]: /rip_control active', 120)
+    launch.wait_for(r'episode +0: return', 30)  # mid-run, with transitions in the learner
+    os.killpg(launch.proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    code = launch.wait(60)
+    assert code == 0, launch.text()
+    events = launch.events()
+    assert events[-2:] == ['disengaged command', 'powered down'], events
+    assert launch.index(r'process has died') < 0, launch.text()
+    assert launch.index(r'Traceback') < 0, launch.text()
+    assert launch.index(r'\[control_node-\d+\]: process has finished cleanly') >= 0
+    assert _buffer_count(tmp_path / 'runs' / 'default' / 'replay_buffer.safetensors') > 0
+    for pid in launch.pids():
+        assert not _alive(pid), f'process {pid} outlived the launch'

@@ -1,0 +1,453 @@
+"""The README's commands are the acceptance tests: each one runs here as a user types it.
+
+Every command in the README's shell code blocks is either run by a test marked
+``@pytest.mark.readme('<the command, exactly as the README spells it>')`` — with the README's
+values (``rate:=50``, not ``rate:=50.0``), paths moved into a temporary folder, and
+arguments appended to keep it short — or listed in :data:`NOT_RUN` with the reason.
+:func:`test_every_readme_command_is_run_by_a_test` fails when a command is neither.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+import re
+import shlex
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+from ros2_cli import argv, colcon_build, require_launch, sourced_env
+
+from rip_control.emulator_process import child_env
+from rip_control.env import ACTION_SIZE, OBS_SIZE
+from rip_learner import buffer_store
+
+REPO = Path(__file__).resolve().parent.parent
+POLICY = REPO / 'policies' / 'sim_50hz' / 'policy.safetensors'
+
+NOT_RUN = {
+    'make test': 'it is the command that runs this test',
+    'cd ~/ros2_ws/src && git clone <this repo> rip_control': 'workspace set-up, no program',
+    'pip install torch==2.13.0 stable-baselines3==2.9.2 gymnasium==1.4.0 safetensors==0.8.0 '
+    'rosbags==0.11.9': 'what make test installs (pinned in requirements.txt)',
+    'cd ~/ros2_ws && rosdep install --from-paths src -y && colcon build --packages-select '
+    'rip_control': 'rosdep needs a ROS 2 install; the colcon build runs in test_package',
+    'source install/setup.bash': 'ros2_cli.sourced_env sets what it sets',
+}
+
+
+def readme_commands() -> list[str]:
+    """Commands of the README's shell code blocks (```` ``` ```` or ```` ```sh ````)."""
+    text = (REPO / 'README.md').read_text()
+    out = []
+    for lang, body in re.findall(r'^```(\w*)\n(.*?)^```', text, re.S | re.M):
+        if lang not in ('', 'sh', 'bash', 'shell'):
+            continue
+        for line in body.replace('\\\n', ' ').splitlines():
+            command = re.split(r'\s+#', line, maxsplit=1)[0].strip()
+            if command:
+                out.append(re.sub(r'\s+', ' ', command))
+    return out
+
+
+def covered_commands() -> set[str]:
+    """The commands named by ``@pytest.mark.readme(...)`` in the test files."""
+    out = set()
+    for path in Path(__file__).parent.glob('test_*.py'):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == 'readme'
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                out.add(node.args[0].value)
+    return out
+
+
+def test_every_readme_command_is_run_by_a_test():
+    commands = readme_commands()
+    assert 'make demo' in commands and len(commands) > 10
+    covered = covered_commands()
+    missing = [c for c in commands if c not in covered and c not in NOT_RUN]
+    assert not missing, f'README commands no test runs: {missing}'
+    stale = sorted(covered - set(commands))
+    assert not stale, f'tests mark commands the README no longer shows: {stale}'
+
+
+def run_readme(command: str, subs: dict[str, str], extra: list[str] = (), **kw):
+    """``command`` with paths substituted and ``extra`` appended, run to its end."""
+    for old, new in subs.items():
+        assert old in command, old
+        command = command.replace(old, new)
+    return subprocess.run(
+        argv(command) + list(extra),
+        env=kw.pop('env', child_env()),
+        capture_output=True,
+        text=True,
+        timeout=kw.pop('timeout', 240),
+        **kw,
+    )
+
+
+class Running:
+    """A long-running README command, its output read as it comes."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self.proc = subprocess.Popen(
+            args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+
+    def wait_for(self, pattern: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while not any(re.search(pattern, line) for line in self.lines):
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None:
+                    pytest.fail(f'no {pattern!r} within {timeout_s} s:\n' + ''.join(self.lines))
+                self._cond.wait(min(left, 0.5))
+
+    def stop(self, sig: int = signal.SIGINT) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            pytest.fail('did not stop on a signal:\n' + ''.join(self.lines))
+
+    @property
+    def text(self) -> str:
+        return ''.join(self.lines)
+
+
+@pytest.fixture(scope='module')
+def install_prefix(tmp_path_factory):
+    """A colcon install of the package (what ``ros2 run``/``ros2 launch`` use)."""
+    require_launch()
+    return colcon_build(tmp_path_factory.mktemp('ws'))
+
+
+# ---- the set-up: make demo ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.readme('make demo')
+def test_make_demo_runs_the_fine_tune(tmp_path):
+    proc = subprocess.run(
+        [
+            'make',
+            '-C',
+            str(REPO),
+            'demo',
+            f'DEMO_ARGS=episodes:=1 episode_seconds:=2 runs_dir:={tmp_path}',
+        ],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert 'episode   0: return' in proc.stdout
+    assert (tmp_path / 'demo' / 'replay_buffer.safetensors').exists()
+
+
+# ---- the runner and evaluation -------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.readme('python -m rip_control.finetune rate:=50 episodes:=10 run_name:=first')
+def test_the_readme_finetune_command(tmp_path):
+    proc = run_readme(
+        'python -m rip_control.finetune rate:=50 episodes:=10 run_name:=first',
+        {},
+        ['episodes:=2', 'episode_seconds:=2', f'runs_dir:={tmp_path}', '--quiet'],
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert 'tick rate       50.0000 Hz' in proc.stdout or '49.9' in proc.stdout
+    buffer = tmp_path / 'first' / 'replay_buffer.safetensors'
+    _, meta = buffer_store.load(buffer, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+    assert meta.count > 0
+
+
+@pytest.mark.slow
+@pytest.mark.readme('python -m rip_control.finetune rigs:=2 episodes:=10 run_name:=pair')
+def test_the_readme_two_rig_command(tmp_path):
+    proc = run_readme(
+        'python -m rip_control.finetune rigs:=2 episodes:=10 run_name:=pair',
+        {},
+        ['episodes:=1', 'episode_seconds:=2', f'runs_dir:={tmp_path}', '--quiet'],
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for i in (0, 1):
+        assert (tmp_path / 'pair' / f'rig{i}' / 'timing.csv').exists()
+
+
+@pytest.mark.slow
+@pytest.mark.readme(
+    'python -m rip_control.evaluate policy:=policies/sim_50hz/policy.safetensors episodes:=5 '
+    'episode_seconds:=10'
+)
+def test_the_readme_evaluate_command(tmp_path):
+    proc = run_readme(
+        'python -m rip_control.evaluate policy:=policies/sim_50hz/policy.safetensors episodes:=5 '
+        'episode_seconds:=10',
+        {'policies/sim_50hz/policy.safetensors': str(POLICY)},
+        ['episodes:=1', f'runs_dir:={tmp_path}', '--quiet'],
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (tmp_path / 'evaluate' / 'evaluation.json').exists()
+    assert 'longest balance window' in proc.stdout
+
+
+@pytest.mark.readme(
+    'python -m rip_control.evaluate policy:=policies/sim_50hz/policy.safetensors episodes:=5 '
+    'episode_seconds:=10 rig_params:=config/rig_shifted_worn.yaml'
+)
+@pytest.mark.readme(
+    'python -m rip_control.evaluate policy:=runs/demo/policy_latest.safetensors episodes:=5 '
+    'episode_seconds:=10 serial_port:=/dev/ttyUSB0'
+)
+def test_the_readme_evaluate_variants_are_checked_before_anything_starts(tmp_path):
+    """The worn rig's file loads; a port that is not there is named, exit 2, fast."""
+    worn = run_readme(
+        'python -m rip_control.evaluate policy:=policies/sim_50hz/policy.safetensors episodes:=5 '
+        'episode_seconds:=10 rig_params:=config/rig_shifted_worn.yaml',
+        {
+            'policies/sim_50hz/policy.safetensors': str(POLICY),
+            'config/rig_shifted_worn.yaml': str(REPO / 'config' / 'rig_shifted_worn.yaml'),
+        },
+        ['--help'],
+    )
+    assert worn.returncode == 0
+    t0 = time.monotonic()
+    port = run_readme(
+        'python -m rip_control.evaluate policy:=runs/demo/policy_latest.safetensors episodes:=5 '
+        'episode_seconds:=10 serial_port:=/dev/ttyUSB0',
+        {'runs/demo/policy_latest.safetensors': str(POLICY)},
+        [f'runs_dir:={tmp_path}'],
+    )
+    if Path('/dev/ttyUSB0').exists():
+        pytest.skip('this machine has a /dev/ttyUSB0')
+    assert port.returncode == 2 and time.monotonic() - t0 < 5
+    assert 'serial_port:=/dev/ttyUSB0: no such device' in port.stderr
+    assert not (tmp_path / 'evaluate').exists()
+
+
+@pytest.mark.readme('python -m rip_learner.pretrain rate:=50 out:=policies/sim_50hz')
+def test_the_readme_pretrain_command_and_its_help(tmp_path):
+    helped = run_readme(
+        'python -m rip_learner.pretrain rate:=50 out:=policies/sim_50hz', {}, ['--help']
+    )
+    assert helped.returncode == 0 and 'rate:=' in helped.stdout
+    out = tmp_path / 'sim'
+    proc = run_readme(
+        'python -m rip_learner.pretrain rate:=50 out:=policies/sim_50hz',
+        {'policies/sim_50hz': str(out)},
+        [
+            'steps:=300',
+            'learning_starts:=100',
+            'eval_every:=300',
+            'eval_episodes:=1',
+            'eval_seconds:=1',
+            'min_steps:=0',
+            'batch_size:=32',
+        ],
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (out / 'policy.safetensors').exists()
+
+
+@pytest.mark.readme('python -m rip_control.bench --help')
+def test_bench_help_lists_every_benchmark():
+    proc = run_readme('python -m rip_control.bench --help', {})
+    assert proc.returncode == 0
+    for name in ('timing', 'e2e', 'sync-baseline', 'learner-throughput', 'v5', 'table'):
+        assert name in proc.stdout
+
+
+# ---- the nodes, the emulator, the rig check, the recorder ------------------------------------
+
+
+@pytest.mark.ros
+@pytest.mark.readme(
+    'python -m rip_control.control_node --ros-args -p serial_port:=/tmp/rip_rig '
+    '-p policy:=actor.safetensors'
+)
+def test_the_readme_control_node_command_configures(start_emulator, ros_node, tmp_path):
+    from rip_control.lifecycle_driver import LifecycleDriver
+
+    emu = start_emulator()
+    cmd = (
+        'python -m rip_control.control_node --ros-args -p serial_port:=/tmp/rip_rig '
+        '-p policy:=actor.safetensors'
+    )
+    cmd = cmd.replace('/tmp/rip_rig', str(emu.link)).replace('actor.safetensors', str(POLICY))
+    node = Running(argv(cmd), tmp_path, child_env())
+    try:
+        driver = LifecycleDriver(ros_node, '/rip_control')
+        assert driver.wait_for_services(30.0), node.text
+        assert driver.change('configure'), node.text
+        node.wait_for(r'configured: 50 Hz', 10)
+    finally:
+        code = node.stop()
+    assert code == 0, node.text
+    assert 'Traceback' not in node.text
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+@pytest.mark.readme(
+    'ros2 run rip_control control_node --ros-args --params-file config/finetune.yaml'
+)
+def test_the_readme_ros2_run_control_node_takes_the_params_file(
+    install_prefix, ros_node, tmp_path
+):
+    from rip_control.lifecycle_driver import LifecycleDriver
+
+    cmd = 'ros2 run rip_control control_node --ros-args --params-file config/finetune.yaml'
+    cmd = cmd.replace('config/finetune.yaml', str(REPO / 'config' / 'finetune.yaml'))
+    node = Running(argv(cmd, install_prefix), tmp_path, sourced_env(install_prefix))
+    try:
+        driver = LifecycleDriver(ros_node, '/rip_control')
+        assert driver.wait_for_services(30.0), node.text
+        assert driver.state() == 'unconfigured'
+    finally:
+        code = node.stop()
+    assert code == 0, node.text
+    assert 'Traceback' not in node.text
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    'command',
+    [
+        pytest.param(
+            'python -m rip_learner.learner_node --ros-args --params-file config/finetune.yaml',
+            marks=pytest.mark.readme(
+                'python -m rip_learner.learner_node --ros-args --params-file config/finetune.yaml'
+            ),
+        ),
+        pytest.param(
+            'ros2 run rip_control learner_node --ros-args --params-file config/finetune.yaml',
+            marks=pytest.mark.readme(
+                'ros2 run rip_control learner_node --ros-args --params-file config/finetune.yaml'
+            ),
+        ),
+    ],
+)
+def test_the_readme_learner_commands_start_and_stop_on_ctrl_c(command, request, tmp_path):
+    prefix = request.getfixturevalue('install_prefix') if command.startswith('ros2') else None
+    env = sourced_env(prefix) if prefix else child_env()
+    cmd = command.replace('config/finetune.yaml', str(REPO / 'config' / 'finetune.yaml'))
+    learner = Running(argv(cmd, prefix), tmp_path, env)
+    learner.wait_for(r'learner at 50 Hz', 120)
+    assert learner.stop() == 0, learner.text
+    assert 'Traceback' not in learner.text
+
+
+@pytest.mark.readme(
+    'python -m rip_control.rig_emulator --link /tmp/rip_rig --params config/rig_qube_servo2.yaml'
+)
+def test_the_readme_emulator_command_serves_and_stops(tmp_path):
+    link = tmp_path / 'rig'
+    cmd = (
+        'python -m rip_control.rig_emulator --link /tmp/rip_rig '
+        '--params config/rig_qube_servo2.yaml'
+    )
+    cmd = cmd.replace('/tmp/rip_rig', str(link))
+    emu = Running(argv(cmd), REPO, child_env())
+    emu.wait_for(r'^READY ', 10)
+    assert link.exists()
+    assert emu.stop(signal.SIGINT) == 0, emu.text
+    assert not link.exists()
+
+
+@pytest.mark.readme('python -m rip_control.rig_check --port /dev/ttyUSB0 --rate 50 --seconds 5')
+def test_the_readme_rig_check_command_reads_a_rig(emulator):
+    proc = run_readme(
+        'python -m rip_control.rig_check --port /dev/ttyUSB0 --rate 50 --seconds 5',
+        {'/dev/ttyUSB0': str(emulator.link)},
+        ['--seconds', '1'],
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert '50' in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.readme('ros2 launch rip_control rig_emulator.launch.py link:=/tmp/rip_rig')
+@pytest.mark.readme('ros2 run rip_control rig_check --port /tmp/rip_rig')
+def test_the_readme_workspace_emulator_launch_and_rig_check(install_prefix, tmp_path):
+    link = tmp_path / 'rig'
+    env = sourced_env(install_prefix)
+    launch = Running(
+        argv(f'ros2 launch rip_control rig_emulator.launch.py link:={link}'),
+        tmp_path,
+        dict(env),
+    )
+    try:
+        launch.wait_for(r'READY ', 30)
+        check = subprocess.run(
+            argv(f'ros2 run rip_control rig_check --port {link}', install_prefix)
+            + ['--seconds', '1'],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert check.returncode == 0, check.stdout + check.stderr
+    finally:
+        code = launch.stop(signal.SIGINT)
+    assert code == 0, launch.text
+
+
+@pytest.mark.slow
+@pytest.mark.readme(
+    'ros2 launch rip_control finetune.launch.py rigs:=2 serial_port:=/dev/ttyUSB0,/dev/ttyUSB1'
+)
+def test_the_readme_two_rig_launch_names_a_missing_port(install_prefix, tmp_path):
+    if Path('/dev/ttyUSB0').exists():
+        pytest.skip('this machine has a /dev/ttyUSB0')
+    proc = subprocess.run(
+        argv(
+            'ros2 launch rip_control finetune.launch.py rigs:=2 '
+            'serial_port:=/dev/ttyUSB0,/dev/ttyUSB1'
+        ),
+        cwd=tmp_path,
+        env=sourced_env(install_prefix),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert 'serial_port:=/dev/ttyUSB0: no such device' in out, out
+    assert 'process started' not in out, out
+
+
+def test_the_readme_commands_parse_with_the_readme_spelling():
+    """``rate:=50`` as the README writes it is the double the nodes declare."""
+    from rip_control.launching import node_parameters
+
+    for command in readme_commands():
+        words = shlex.split(command)
+        if 'rip_control.finetune' in words or 'finetune.launch.py' in words:
+            args = dict(w.split(':=', 1) for w in words if ':=' in w and 'serial_port' not in w)
+            params = node_parameters(args)
+            assert isinstance(params['rip_control']['rate_hz'], float)

@@ -137,9 +137,10 @@ class Firmware:
             self.on_event('powered down')
 
     def _set_engaged(self, engaged: bool, cause: str) -> None:
-        if engaged != self.engaged and self.on_event is not None:
+        changed = engaged != self.engaged
+        self.engaged = engaged  # first: a failing event sink never leaves the motor engaged
+        if changed and self.on_event is not None:
             self.on_event(f'{"engaged" if engaged else "disengaged"} {cause}')
-        self.engaged = engaged
 
     # -- time ------------------------------------------------------------------------------
 
@@ -407,6 +408,20 @@ def _remove_link(link: Path, device: str) -> None:
         pass
 
 
+def _print_line(text: str) -> None:
+    """Print a line; if whoever read stdout has gone (a killed runner), carry on without it.
+
+    The firmware must not stop serving (or die in the middle of a disengage) because its log
+    reader died: stdout then goes to /dev/null.
+    """
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def _event_sink(to_stdout: bool, path: str) -> Callable[[str], None] | None:
     """Where ``EVENT <monotonic s> <what>`` lines go: stdout, a file (appended), both or none.
 
@@ -419,10 +434,10 @@ def _event_sink(to_stdout: bool, path: str) -> Callable[[str], None] | None:
 
     def emit(what: str) -> None:
         line = f'EVENT {time.monotonic():.6f} {what}'
-        if to_stdout:
-            print(line, flush=True)
         if fd >= 0:
             os.write(fd, (line + '\n').encode())
+        if to_stdout:
+            _print_line(line)
 
     return emit
 
@@ -542,11 +557,10 @@ def main(argv: list[str] | None = None) -> int:
         _remove_link(link, device)
         os.close(master)
         os.close(slave)
-    print(
+    _print_line(
         f'rig_emulator: stopped after {firmware.n_requests} requests, '
         f'{firmware.n_deadman_trips} deadman trip(s), {server.parser.n_errors} bad frame(s), '
-        f'{server.n_dropped} reply(s) dropped',
-        flush=True,
+        f'{server.n_dropped} reply(s) dropped'
     )
     return 0
 

@@ -227,6 +227,44 @@ def test_a_signal_stops_the_emulator_with_the_motor_off_and_the_device_gone(
         LowLevelClient(str(emu.link)).open()
 
 
+def test_the_emulator_serves_on_when_the_reader_of_its_output_dies(tmp_path):
+    # A runner killed with SIGKILL leaves its emulator writing EVENT lines into a pipe nobody
+    # reads: the firmware must still take the host's disengage and power down on SIGTERM,
+    # not die at its next line (the device vanishing under an engaged motor).
+    import signal
+    import subprocess
+    import sys
+
+    from rip_control.emulator_process import child_env
+
+    events, link = tmp_path / 'events', tmp_path / 'rig'
+    cmd = [sys.executable, '-m', 'rip_control.rig_emulator', '--link', str(link), '--events']
+    proc = subprocess.Popen(
+        [*cmd, '--events-file', str(events)],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().startswith('READY ')
+        client = LowLevelClient(str(link))
+        client.open()
+        client.engage()
+        proc.stdout.close()  # the reader dies
+        client.disengage_motor()  # its EVENT line meets the broken pipe
+        assert not client.get_state().engaged
+        client.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=5) == 0, proc.stderr.read()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    whats = [line.split(' ', 2)[2] for line in events.read_text().splitlines()]
+    assert whats == ['engaged command', 'disengaged command', 'powered down']
+
+
 def test_an_idle_emulator_wakes_rarely_not_once_per_physics_step(emulator):
     # It runs at real-time priority: a wake-up per physics step (2 kHz) cost 8 % of a core
     # per emulator and starved a 3-rig run. Physics catches up on each wake instead.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 import os
 from pathlib import Path
 import selectors
@@ -24,12 +26,29 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+@contextmanager
+def signals_blocked() -> Iterator[None]:
+    """SIGINT and SIGTERM held back while a child is forked, delivered right after.
+
+    Python drops an exception that a signal handler raises inside an at-fork hook of
+    ``subprocess.Popen`` ("Exception ignored"), so a Ctrl-C landing there would be lost.
+    The child unblocks them again (:func:`die_with_parent`).
+    """
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def die_with_parent() -> None:
     """``preexec_fn``: the child gets SIGTERM if the process that started it dies (Linux).
 
     A runner killed with SIGKILL then still stops its control node (which disengages on
-    SIGTERM), its learner (which saves) and its emulator, instead of leaving orphans.
+    SIGTERM), its learner (which saves) and its emulator, instead of leaving orphans. It also
+    unblocks SIGINT and SIGTERM, which :func:`signals_blocked` held back in the parent.
     """
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         import ctypes
 
@@ -75,14 +94,15 @@ class EmulatorProcess:
     def start(self) -> EmulatorProcess:
         """Spawn it and wait (bounded) until it serves the link."""
         cmd = [sys.executable, '-m', 'rip_control.rig_emulator', '--link', str(self.link)]
-        self.proc = subprocess.Popen(
-            cmd + self.args,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=child_env(),
-            preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only, no locks taken
-        )
+        with signals_blocked():
+            self.proc = subprocess.Popen(
+                cmd + self.args,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=child_env(),
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only, no locks taken
+            )
         assert self.proc.stdout is not None
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)

@@ -34,6 +34,7 @@ from rip_control.emulator_process import (
     EmulatorProcess,
     child_env,
     die_with_parent,
+    signals_blocked,
     stop_process,
 )
 from rip_control.launching import (
@@ -325,6 +326,21 @@ def run(
     :param complete: ``complete(episodes)`` tells whether the observer has received all of
         them; after the last episode summary the runner waits for it (at most 5 s).
     """
+    stops = StopSignals().install()  # first, before any moment a signal could fall into
+    try:
+        return _run(args, stops, stream_logs, learn, observe, complete)
+    finally:
+        stops.restore()
+
+
+def _run(
+    args: dict[str, str],
+    stops: StopSignals,
+    stream_logs: bool,
+    learn: bool,
+    observe: Callable[[Any], Callable[[], bool]] | None,
+    complete: Callable[[int], bool] | None,
+) -> dict[str, Any]:
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
@@ -372,19 +388,18 @@ def run(
     observer_ready = observe(node) if observe is not None else None
     started = time.monotonic()
     done_at: float | None = None
-
-    def _sigterm(*_: object) -> None:
-        raise KeyboardInterrupt
-
-    old_term = signal.signal(signal.SIGTERM, _sigterm)
     try:
         for spec in specs:
             if spec.executable == 'rig_emulator':
                 link = spec.args[spec.args.index('--link') + 1]
-                emulators.append(EmulatorProcess(link, spec.args[2:]).start())
+                emulators.append(EmulatorProcess(link, spec.args[2:]))
+                emulators[-1].start()  # listed first: a signal while it starts still stops it
                 print(f'[{spec.label}] {emulators[-1].ready_line.strip()}', flush=True)
             else:
-                children.append(_Child(spec, stream_logs))
+                # A Ctrl-C during the fork is held back until the child is on the list.
+                with signals_blocked():
+                    children.append(_Child(spec, stream_logs))
+        check_stop()  # a signal during a fork is swallowed there; act on it now
         if learner_spec is not None:
             _wait_for_learner(node, children, timeout_s=180.0)
         for spec, driver in zip(control_specs, drivers, strict=True):
@@ -409,6 +424,7 @@ def run(
             mon.activated = True  # from now on, leaving active on its own is a failure
             mon.control = {}  # what came before activating says nothing now
         while True:
+            check_stop()
             rclpy.spin_once(node, timeout_sec=0.1)
             for child in children:
                 if child.proc.poll() is not None:
@@ -438,14 +454,15 @@ def run(
                     print('the observer missed part of the last episode', flush=True)
                     break
     except KeyboardInterrupt:
+        stops.defer()
         interrupted = True
         print('interrupted: stopping (motor first, then learner, then emulator)', flush=True)
     except RunFailed as exc:
         failure = str(exc)
         print(f'FAILED: {failure}', file=sys.stderr, flush=True)
     finally:
+        stops.defer()  # a second Ctrl-C must not abort the ordered stop
         codes = _shutdown(drivers, children, emulators)
-        signal.signal(signal.SIGTERM, old_term)
         node.destroy_node()
         rclpy.try_shutdown()
     for label, code in codes.items():
@@ -476,6 +493,66 @@ def run(
     return summary
 
 
+class StopSignals:
+    """SIGINT and SIGTERM for the runner: the first one stops the run, later ones wait.
+
+    The first signal raises :class:`KeyboardInterrupt`, which the run's stop path catches;
+    that path calls :meth:`defer` first, so a second Ctrl-C during the ordered stop (motor
+    off, then learner, then emulator) cannot abort it half-way: it is told to wait. Python
+    drops an exception raised where it cannot propagate (an at-fork hook inside
+    ``subprocess.Popen``, a finaliser), so the signal is also remembered, and the runner's
+    waits call :func:`check_stop` to act on one that was swallowed. Installed before
+    anything else, so no moment is left where a signal escapes.
+    """
+
+    active: StopSignals | None = None
+
+    def __init__(self) -> None:
+        self._old: dict[int, Any] = {}
+        self._outer: StopSignals | None = None
+        self.received = 0
+        self.stopping = False
+
+    def install(self) -> StopSignals:
+        """Take over SIGINT and SIGTERM (main thread only); returns self."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._first)
+        self._outer, StopSignals.active = StopSignals.active, self
+        return self
+
+    def _first(self, signum: int, _frame: object) -> None:
+        self.received = signum
+        raise KeyboardInterrupt
+
+    def defer(self) -> None:
+        """The stop is under way: from now on a signal only says so."""
+        self.stopping = True
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._later)
+
+    def _later(self, signum: int, _frame: object) -> None:
+        # os.write, not print: the interrupted code may hold the print lock.
+        os.write(
+            2,
+            f'{signal.Signals(signum).name}: stopping in the safe order (motor first, then '
+            'learner, then emulator); please wait\n'.encode(),
+        )
+
+    def restore(self) -> None:
+        """Give the handlers back."""
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
+        StopSignals.active = self._outer
+
+
+def check_stop() -> None:
+    """Raise :class:`KeyboardInterrupt` for a signal whose own raise was swallowed."""
+    stops = StopSignals.active
+    if stops is not None and stops.received and not stops.stopping:
+        raise KeyboardInterrupt
+
+
 def _wait_for_learner(node: Any, children: list[_Child], timeout_s: float) -> None:
     """Block (bounded) until the learner subscribes to ``transitions``.
 
@@ -485,6 +562,7 @@ def _wait_for_learner(node: Any, children: list[_Child], timeout_s: float) -> No
 
     deadline = time.monotonic() + timeout_s
     while node.count_subscribers('/transitions') == 0:
+        check_stop()
         for child in children:
             if child.proc.poll() is not None:
                 raise RunFailed(
@@ -538,6 +616,7 @@ def _wait_until(node: Any, ready: Callable[[], bool], timeout_s: float, what: st
 
     deadline = time.monotonic() + timeout_s
     while not ready():
+        check_stop()
         if time.monotonic() > deadline:
             raise RunFailed(f'{what} within {timeout_s:g} s')
         rclpy.spin_once(node, timeout_sec=0.05)
@@ -695,11 +774,17 @@ def run_command(
     """
     quiet = '--quiet' in argv
     argv = [a for a in argv if a != '--quiet']
+    stops = StopSignals().install()  # before anything: no moment where a signal escapes
     try:
         summary = job(parse_args(argv), not quiet)
     except ValueError as exc:
         print(f'{prog}: {exc}', file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before any process was started
+        print(f'{prog}: interrupted before anything started', file=sys.stderr)
+        return 130
+    finally:
+        stops.restore()
     if summary['failure']:
         print(f'{prog} failed: {summary["failure"]}', file=sys.stderr)
         return 1

@@ -1,0 +1,135 @@
+"""The runner (``python -m rip_control.finetune``) under signals at any moment.
+
+A signal right after the runner announces itself ends it with 130 and no traceback, leaving
+no process behind; a second Ctrl-C during the ordered stop does not abort it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from rip_control.emulator_process import child_env
+from rip_control.finetune import StopSignals, check_stop
+
+ANNOUNCED = "fine-tune 'sig"
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc_dir in Path('/proc').iterdir():
+        try:
+            cmdline = (proc_dir / 'cmdline').read_bytes().replace(b'\0', b' ').decode()
+        except (OSError, ValueError):
+            continue
+        if text in cmdline:
+            found.append(proc_dir.name)
+    return found
+
+
+class Runner:
+    def __init__(self, tmp_path: Path, *args: str) -> None:
+        self.lines: list[str] = []
+        self.announced = threading.Event()
+        self.first_episode = threading.Event()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                '-m',
+                'rip_control.finetune',
+                'run_name:=sig',
+                f'runs_dir:={tmp_path / "runs"}',
+                f'emulator_link:={tmp_path / "rig"}',
+                *args,
+            ],
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if line.startswith(ANNOUNCED):
+                self.announced.set()
+            if line.startswith('episode '):
+                self.first_episode.set()
+
+    @property
+    def text(self) -> str:
+        return ''.join(self.lines[-40:])
+
+
+def _no_process_left(tmp_path: Path, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _processes_mentioning(str(tmp_path)):
+        assert time.monotonic() < deadline, 'a child outlived the runner'
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_a_signal_right_after_the_announcement_ends_the_runner_cleanly_every_time(tmp_path):
+    """Twenty times, alternating SIGINT and SIGTERM, from the announcement on.
+
+    The delay after the announcement grows from 0 to 1.8 s, so the signal falls into each
+    phase of the start: processes being started, the learner importing, configuring.
+    """
+    for i in range(20):
+        sig = signal.SIGINT if i % 2 == 0 else signal.SIGTERM
+        run_dir = tmp_path / str(i)
+        runner = Runner(run_dir, 'episodes:=1', 'episode_seconds:=1')
+        assert runner.announced.wait(30), runner.text
+        time.sleep((i // 2) * 0.2)  # the moment, not a synchronisation
+        runner.proc.send_signal(sig)
+        code = runner.proc.wait(timeout=90)
+        assert code == 130, (i, sig, runner.text)
+        assert 'Traceback' not in runner.text, (i, sig, runner.text)
+        _no_process_left(run_dir)
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_during_the_ordered_stop_does_not_abort_it(tmp_path):
+    runner = Runner(tmp_path, 'episodes:=0', 'episode_seconds:=2')
+    assert runner.first_episode.wait(120), runner.text
+    runner.proc.send_signal(signal.SIGINT)
+    # Keep pressing Ctrl-C while it stops.
+    for _ in range(5):
+        time.sleep(0.1)
+        if runner.proc.poll() is not None:
+            break
+        runner.proc.send_signal(signal.SIGINT)
+    code = runner.proc.wait(timeout=90)
+    text = ''.join(runner.lines)
+    assert code == 130, runner.text
+    assert 'Traceback' not in text, runner.text
+    assert 'please wait' in text, runner.text  # the later presses were seen, and waited
+    assert (tmp_path / 'runs' / 'sig' / 'replay_buffer.safetensors').exists(), runner.text
+    assert 'summary' in text, runner.text
+    _no_process_left(tmp_path)
+
+
+def test_stop_signals_raise_then_only_ask_to_wait_once_the_stop_is_under_way():
+    stops = StopSignals().install()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        assert stops.received == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):  # remembered, in case the raise was swallowed
+            check_stop()
+        stops.defer()
+        check_stop()
+        signal.raise_signal(signal.SIGINT)  # the stop is under way: no exception
+        signal.raise_signal(signal.SIGTERM)
+    finally:
+        stops.restore()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert StopSignals.active is None

@@ -46,9 +46,21 @@ def test_colcon_build_installs_executables_launch_and_config(tmp_path):
         prefix / 'share' / 'ament_index' / 'resource_index' / 'packages' / 'rip_control'
     ).exists()
     assert (share / 'package.xml').exists()
-    assert {p.name for p in (share / 'launch').glob('*.launch.py')} >= {'rig_emulator.launch.py'}
+    assert {p.name for p in (share / 'launch').glob('*.launch.py')} == {
+        'finetune.launch.py',
+        'rig_emulator.launch.py',
+    }
     assert (share / 'config' / 'finetune.yaml').exists()
-    for exe in ('rig_emulator', 'rig_check'):
+    assert (share / 'policies' / 'sim_50hz' / 'policy.safetensors').exists()
+    # Every console script setup.py declares, where `ros2 run` looks for it.
+    for exe in (
+        'control_node',
+        'learner_node',
+        'finetune',
+        'finetune_supervisor',
+        'rig_emulator',
+        'rig_check',
+    ):
         assert os.access(prefix / 'lib' / 'rip_control' / exe, os.X_OK), exe
 
 

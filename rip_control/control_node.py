@@ -756,6 +756,10 @@ def main(args: list[str] | None = None) -> int:
     rclpy.init(args=args)
     try:
         node = ControlNode()
+    except ValueError as exc:  # a parameter the table refuses, named
+        print(f'rip_control: {exc}', file=sys.stderr, flush=True)
+        rclpy.try_shutdown()
+        return 2
     except KeyboardInterrupt:  # stopped while starting: no rig is opened before configure
         rclpy.try_shutdown()
         return 0

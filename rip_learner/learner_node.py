@@ -125,6 +125,7 @@ class LearnerNode(Node):
         self.bag_rejected: Counter[str] = Counter()
         self.bag_imported = 0
         self.added = 0
+        self.resumed = 0  # transitions loaded from resume_buffer at start
         self.added_after_start = 0
         self.train_calls = 0
         self.train_s = 0.0
@@ -240,7 +241,7 @@ class LearnerNode(Node):
         except BufferRejected as exc:
             raise LearnerConfigError(f'resume_buffer refused: {exc}') from exc
         n = buffer_store.insert(self.model.replay_buffer, arrays)
-        self.added = n
+        self.added = self.resumed = n
         self.version = max(self.version, meta.policy_version)
         note = ''
         ckpt = Path(s.resume_buffer).with_name(CHECKPOINT_FILE)
@@ -416,6 +417,7 @@ class LearnerNode(Node):
 
     def shutdown(self) -> None:
         """Stop training and save everything (called on every way out)."""
+        self.get_logger().info('stopping: training ends, saving the buffer and networks')
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
@@ -429,6 +431,7 @@ class LearnerNode(Node):
         """Counters for diagnostics and the runner."""
         return {
             'buffer_size': self.buffer_size,
+            'buffer_resumed': self.resumed,
             'transitions_received': self.received,
             'transitions_accepted': self.accepted,
             'transitions_rejected': sum(self.rejected.values()),
@@ -478,7 +481,7 @@ def main(args: list[str] | None = None) -> int:
     rclpy.init(args=args)
     try:
         node = LearnerNode()
-    except LearnerConfigError as exc:
+    except (LearnerConfigError, ValueError) as exc:  # ValueError: a parameter the table refuses
         print(f'rip_learner: {exc}', file=sys.stderr, flush=True)
         rclpy.try_shutdown()
         return 2

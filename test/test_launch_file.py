@@ -241,3 +241,30 @@ def test_ctrl_c_mid_run_disengages_first_saves_the_buffer_and_exits_0(install_pr
     assert _buffer_count(tmp_path / 'runs' / 'default' / 'replay_buffer.safetensors') > 0
     for pid in launch.pids():
         assert not _alive(pid), f'process {pid} outlived the launch'
+
+
+def test_a_rig_fault_ends_the_launch_with_status_1_naming_it(install_prefix, tmp_path):
+    import yaml
+
+    doc = yaml.safe_load((REPO / 'config' / 'finetune.yaml').read_text())
+    # Every tick stretched by 26 ms after 50 ticks: the 3-strike watchdog trips.
+    doc['rip_control']['ros__parameters'].update(fault_tick_delay_ms=26, fault_after_ticks=50)
+    params = tmp_path / 'params.yaml'
+    params.write_text(yaml.safe_dump(doc))
+    launch = Launch(
+        install_prefix,
+        tmp_path,
+        [
+            'rate:=50',
+            'episodes:=2',
+            'episode_seconds:=3',
+            f'params_file:={params}',
+            f'emulator_link:={tmp_path / "rig"}',
+        ],
+    )
+    code = launch.wait(120)
+    assert code == 1, launch.text()
+    launch.wait_for(r'FAILED: /rip_control left active on its own: .*TimingViolation', 1)
+    assert 'disengaged command' in launch.events(), launch.events()
+    for pid in launch.pids():
+        assert not _alive(pid), f'process {pid} outlived the launch'

@@ -2,12 +2,14 @@
 
 import json
 from pathlib import Path
+import re
 import signal
 import subprocess
 import sys
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray
+import numpy as np
 import pytest
 import rclpy
 import yaml
@@ -136,49 +138,106 @@ def _spin_until(node, cond, timeout_s):
     return cond()
 
 
-def test_learner_killed_mid_run_control_keeps_rate_then_a_restarted_learner_is_used(
+def _actor_in_checkpoint(state):
+    """The actor of a SAC checkpoint in the wire layout (SB3's latent_pi holds Linear, ReLU...)."""
+    linears = sorted({int(k.split('.')[2]) for k in state if k.startswith('actor.latent_pi.')})
+    out = {}
+    for i, index in enumerate(linears):
+        for part in ('weight', 'bias'):
+            out[f'layers.{i}.{part}'] = state[f'actor.latent_pi.{index}.{part}']
+    for head in ('mu', 'log_std'):
+        for part in ('weight', 'bias'):
+            out[f'{head}.{part}'] = state[f'actor.{head}.{part}']
+    return out
+
+
+def test_learner_killed_mid_run_control_keeps_rate_on_the_last_policy_and_a_restart_resumes(
     control_rig, learner_process, ros_node, tmp_path
 ):
+    from safetensors.numpy import load_file
+    from std_msgs.msg import Float64MultiArray, UInt8MultiArray
+
+    from rip_control.control_node import WEIGHTS_QOS
+    from rip_control.policy import decode_actor
+    from rip_learner.sac import CHECKPOINT_FILE
+
     rig = control_rig(episode_seconds=2.0)
     diag = _ControlDiag(ros_node, rig.name)
+    episodes = []  # (time received, policy version the episode was acted with)
+
+    def on_episode(msg):
+        fields = {d.label: v for d, v in zip(msg.layout.dim, msg.data, strict=True)}
+        episodes.append((time.monotonic(), int(fields['policy_version'])))
+
+    ep_sub = ros_node.create_subscription(
+        Float64MultiArray, f'/{rig.name}/episode', on_episode, 10
+    )
     proc, _ = learner_process(checkpoint_every_s=1.0, publish_every_s=0.3, publish_every_steps=10)
     assert rig.driver.change('configure') and rig.driver.change('activate')
     got_weights = _spin_until(
         ros_node, lambda: diag.values and int(diag.values[-1].get('policy_version', 0)) >= 2, 60
     )
     assert got_weights, diag.values[-1:]
-    ckpt = tmp_path / 'runs' / 'learner' / 'replay_buffer.safetensors'
+    run_dir = tmp_path / 'runs' / 'learner'
+    ckpt = run_dir / 'replay_buffer.safetensors'
     assert _spin_until(ros_node, ckpt.exists, 20)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     t_kill = time.monotonic()
+    # What the dead learner left: its last checkpoint, which nothing changes now.
+    _, saved = buffer_store.load(ckpt, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+    saved_actor = _actor_in_checkpoint(load_file(run_dir / CHECKPOINT_FILE))
     killed_at = len(diag.values)
-    _spin_until(ros_node, lambda: len(diag.values) >= killed_at + 4, 10)
-    after = diag.values[killed_at + 1 :]
-    assert after, 'no diagnostics after the kill'
-    for d in after:
-        assert d['lifecycle_state'] == 'active'
-        assert abs(float(d['tick_rate_hz']) - 50.0) < 1.0
-        assert d['violations'] == '0'
-    assert rig.engaged_now()  # still under control, on the last policy
+    assert _spin_until(ros_node, lambda: len(diag.values) >= killed_at + 2, 5)
+    # The weights the node acts on from here (one report's grace for a message in flight).
+    last_version = int(diag.values[killed_at + 1]['policy_version'])
+    accepted = diag.values[killed_at + 1]['weights_accepted']
+    assert last_version >= 2  # the learner's, not the initial policy
     # What the dead learner misses is counted once DDS drops it (its lease running out).
-    unmatched_before = int(after[0]['transitions_unmatched'])
+    unmatched_before = int(diag.values[killed_at + 1]['transitions_unmatched'])
     assert _spin_until(
         ros_node, lambda: int(diag.values[-1]['transitions_unmatched']) > unmatched_before, 40
     ), diag.values[-1]['message']
-    print(f'undelivered transitions counted from {time.monotonic() - t_kill:.1f} s after the kill')
-    version_before = int(diag.values[-1]['policy_version'])
-    # A restarted learner resumes from its checkpoint and its weights are used again.
-    proc2, _ = learner_process(
+    absent_s = time.monotonic() - t_kill
+    print(f'undelivered transitions counted from {absent_s:.1f} s after the kill')
+    # All the while the learner was gone: active at 50 Hz, no violation, the last policy.
+    during = diag.values[killed_at + 1 :]
+    assert len(during) >= absent_s - 3, (len(during), absent_s)
+    for d in during:
+        assert d['lifecycle_state'] == 'active', d
+        assert abs(float(d['tick_rate_hz']) - 50.0) < 1.0, d
+        assert d['violations'] == '0', d
+        assert int(d['policy_version']) == last_version and d['weights_accepted'] == accepted
+    # Whole episodes acted with it, and the motor still under control.
+    acted = [v for t, v in episodes if t > t_kill + 0.5]
+    assert len(acted) >= 3 and set(acted) == {last_version}, acted
+    assert rig.engaged_now()
+    # A restarted learner resumes from the checkpoint: the buffer and the networks.
+    published = []
+    w_sub = ros_node.create_subscription(
+        UInt8MultiArray, 'policy_weights', lambda m: published.append(bytes(m.data)), WEIGHTS_QOS
+    )
+    proc2, name2 = learner_process(
         resume_buffer=str(ckpt), publish_every_s=0.3, publish_every_steps=10
     )
+    learner = _ControlDiag(ros_node, name2)
+    assert _spin_until(ros_node, lambda: published and learner.values, 60), 'restart silent'
+    assert int(learner.values[0]['buffer_resumed']) == saved.count
+    assert int(learner.values[0]['buffer_size']) >= saved.count
+    first = decode_actor(published[0], rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+    assert first.version == saved.policy_version + 1  # the versions continue...
+    assert set(first.tensors) == set(saved_actor)
+    for key, value in saved_actor.items():  # ...from the checkpoint's networks
+        np.testing.assert_array_equal(first.tensors[key], value, err_msg=key)
+    # Once its versions pass the running one, the node acts on the restarted learner's weights.
     assert _spin_until(
-        ros_node, lambda: int(diag.values[-1]['policy_version']) > version_before, 60
+        ros_node, lambda: int(diag.values[-1]['policy_version']) > last_version, 60
     ), diag.values[-1]
     t0 = time.monotonic()
     assert rig.driver.change('deactivate')
     assert rig.wait_disengaged_after(t0) is not None
-    ros_node.destroy_subscription(diag.sub)
+    for sub in (diag.sub, learner.sub, ep_sub, w_sub):
+        ros_node.destroy_subscription(sub)
 
 
 def _processes_mentioning(text):
@@ -193,26 +252,55 @@ def _processes_mentioning(text):
     return found
 
 
+_ROS_LOG_FORMAT = '[{severity}] [{time}] [{name}]: {message}'
+_CHILD_LINE = re.compile(r'^\[(\w+)\] \[\w+\] \[(\d+\.\d+)\] \[[^\]]*\]: (.*)$')
+
+
+def _child_log(lines, label):
+    """``(wall-clock time, message)`` of a child's ROS log lines as the runner streamed them."""
+    out = []
+    for line in lines:
+        m = _CHILD_LINE.match(line.rstrip('\n'))
+        if m and m.group(1) == label:
+            out.append((float(m.group(2)), m.group(3)))
+    return out
+
+
+def _emulator_events(path):
+    """``(monotonic s, what)`` of the EVENT lines an emulator appended to ``path``."""
+    if not path.exists():
+        return []
+    return [
+        (float(t), what)
+        for _, t, what in (line.split(' ', 2) for line in path.read_text().splitlines())
+    ]
+
+
 @pytest.mark.parametrize('how', ['SIGINT', 'SIGTERM', 'SIGKILL'])
-def test_stopping_the_runner_disengages_the_motor_and_saves_the_buffer(
-    start_emulator, tmp_path, how
+def test_stopping_the_runner_turns_the_motor_off_then_stops_the_learner_then_the_emulator(
+    tmp_path, how
 ):
     import threading
 
-    emu = start_emulator('--events', name=f'rig_{how}')
+    # The runner starts its own emulator (no serial_port), at a link of this test's own; the
+    # emulator appends its events (with their monotonic times) to a file the test reads.
+    events = tmp_path / 'emulator_events'
     cmd = [
         sys.executable,
         '-m',
         'rip_control.finetune',
         'episodes:=0',
         'episode_seconds:=2.0',
-        f'serial_port:={emu.link}',
+        f'emulator_link:={tmp_path / "rig"}',
         'run_name:=stop',
         f'runs_dir:={tmp_path / "runs"}',
         f'params_file:={_params_file(tmp_path)}',
     ]
+    env = child_env(
+        {'RIP_EMULATOR_EVENTS': str(events), 'RCUTILS_CONSOLE_OUTPUT_FORMAT': _ROS_LOG_FORMAT}
+    )
     proc = subprocess.Popen(
-        cmd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     lines, first_episode = [], threading.Event()
 
@@ -234,7 +322,7 @@ def test_stopping_the_runner_disengages_the_motor_and_saves_the_buffer(
             # kernel (SIGTERM on parent death) and take their own safe exits.
             assert code == -signal.SIGKILL
             deadline = time.monotonic() + 60
-            while _processes_mentioning(str(tmp_path / 'runs')):
+            while _processes_mentioning(str(tmp_path)):
                 assert time.monotonic() < deadline, 'children outlived the killed runner'
                 time.sleep(0.2)
         else:
@@ -243,17 +331,11 @@ def test_stopping_the_runner_disengages_the_motor_and_saves_the_buffer(
         if proc.poll() is None:
             proc.kill()
     reader.join(timeout=5)
-
-    def disengaged_after_stop():
-        return [t for t, what in emu.events() if what.startswith('disengaged') and t >= t0]
-
-    deadline = time.monotonic() + 2.0  # the emulator's EVENT line is read asynchronously
-    while not disengaged_after_stop() and time.monotonic() < deadline:
-        emu.wait_for_line('EVENT', 0.05, start=len(emu.lines))
-    assert disengaged_after_stop(), 'the motor was never disengaged after the stop'
-    assert emu.events()[-1][1].startswith('disengaged')
-    out = ''.join(lines)
-    assert how == 'SIGKILL' or 'interrupted' in out
+    to_wall = time.time() - time.monotonic()  # the emulator's clock to the log lines' clock
+    after = [(t, what) for t, what in _emulator_events(events) if t >= t0]
+    whats = [what for _, what in after]
+    assert whats and whats[-1] == 'powered down', whats  # the emulator stopped last, cleanly
+    t_down = after[-1][0]
     _, meta = buffer_store.load(
         tmp_path / 'runs' / 'stop' / 'replay_buffer.safetensors',
         rate_hz=50.0,
@@ -261,6 +343,25 @@ def test_stopping_the_runner_disengages_the_motor_and_saves_the_buffer(
         action_size=ACTION_SIZE,
     )
     assert meta.count > 0
+    if how == 'SIGKILL':
+        # Every child got its SIGTERM at once: no order, but the motor went off.
+        assert any(what.startswith('disengaged ') for what in whats), whats
+        return
+    out = ''.join(lines)
+    assert 'interrupted' in out
+    # 1. The motor off, by the control node's own command (not the deadman, nor the
+    # emulator powering down under an engaged motor).
+    assert whats == ['disengaged command', 'powered down'], whats
+    t_off = after[0][0]
+    # 2. Then the learner: asked to stop after the motor was off, saved, exited 0...
+    learner = _child_log(lines, 'learner')
+    stopping = [t for t, msg in learner if msg.startswith('stopping')]
+    assert stopping and stopping[0] > t_off + to_wall, (stopping, t_off + to_wall)
+    assert any(msg.startswith('checkpoint:') for t, msg in learner if t >= stopping[0])
+    summary = json.loads((tmp_path / 'runs' / 'stop' / 'summary.json').read_text())
+    assert summary['exit_codes'] == {'control': 0, 'learner': 0}, summary['exit_codes']
+    # 3. ...before the emulator powered down: the learner's last line precedes it.
+    assert learner[-1][0] < t_down + to_wall, (learner[-1], t_down + to_wall)
 
 
 def test_two_rigs_feed_one_learner_and_both_get_its_weights(tmp_path):

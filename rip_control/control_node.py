@@ -750,38 +750,52 @@ def main(args: list[str] | None = None) -> int:
     """Run the node until SIGINT/SIGTERM; the motor is disengaged on every way out.
 
     Exit status: 0 after a signal in any lifecycle state with the motor confirmed off (or no
-    rig open); 1 if the executor failed or the rig did not confirm the disengage (the
-    firmware deadman is then what stops the motor).
+    rig open), whenever it comes (while starting too); 1 if the executor failed or the rig
+    did not confirm the disengage (the firmware deadman is then what stops the motor); 2 a
+    parameter the table refuses.
     """
-    rclpy.init(args=args)
+    from rip_control.node_params import init_rclpy
+    from rip_control.signals import StopSignals
+
+    # First: from here on a signal is a stop request, recorded; nothing is raised into the
+    # set-up, and the finally below runs whatever the moment.
+    stop = StopSignals().install()
+    init_rclpy(args)
+    node: ControlNode | None = None
+    executor: MultiThreadedExecutor | None = None
+    code = 0
     try:
-        node = ControlNode()
-    except ValueError as exc:  # a parameter the table refuses, named
-        print(f'rip_control: {exc}', file=sys.stderr, flush=True)
-        rclpy.try_shutdown()
-        return 2
-    except KeyboardInterrupt:  # stopped while starting: no rig is opened before configure
-        rclpy.try_shutdown()
-        return 0
-    # Threads created from here on (executor workers, the publisher thread) inherit this.
-    prio = node.get_parameter('gil_holders_fifo_priority').value
-    if prio > 0:
-        err = set_fifo(prio)
-        if err:
-            node.get_logger().warning(f'other threads: {err}; a CPU load can then hold the GIL')
-        else:
-            _raise_existing_threads(prio)
-            node.get_logger().info(f'executor, publisher and DDS threads at SCHED_FIFO {prio}')
-    executor = MultiThreadedExecutor(num_threads=2)
-    executor.add_node(node)
-    try:
-        code = spin_until_shutdown(node, executor)
+        try:
+            node = ControlNode()
+        except ValueError as exc:  # a parameter the table refuses, named
+            print(f'rip_control: {exc}', file=sys.stderr, flush=True)
+            code = 2
+        if node is not None:
+            log = node.get_logger()
+            # Threads created from here on (executor workers, the publisher thread) inherit it.
+            prio = node.get_parameter('gil_holders_fifo_priority').value
+            if prio > 0:
+                err = set_fifo(prio)
+                if err:
+                    log.warning(f'other threads: {err}; a CPU load can then hold the GIL')
+                else:
+                    _raise_existing_threads(prio)
+                    log.info(f'executor, publisher and DDS threads at SCHED_FIFO {prio}')
+            executor = MultiThreadedExecutor(num_threads=2)
+            executor.add_node(node)
+            log.info(f'unconfigured, waiting for configure (pid {os.getpid()})')
+            code = spin_until_shutdown(node, executor, stop)
     finally:
-        if not node.emergency_stop():
+        confirmed = node is None or node.emergency_stop()  # at once, before anything else
+        if executor is not None:
+            executor.shutdown()  # waits for a transition in progress (configure, activate)
+        if node is not None:
+            if confirmed:  # that transition may have opened or engaged the rig since
+                confirmed = node.emergency_stop()
+            node._release()
+            node.destroy_node()
+        if not confirmed:
             code = 1
-        node._release()
-        executor.shutdown()
-        node.destroy_node()
         rclpy.try_shutdown()
     return code
 

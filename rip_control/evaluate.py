@@ -180,15 +180,30 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: the fine-tune's ``name:=value`` arguments, ``policy`` required."""
-    from rip_control.finetune import run_command
+    """Command line: the fine-tune's ``name:=value`` arguments, ``policy`` required.
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ('-h', '--help') for a in argv):
-        print(__doc__)
-        print(arguments_help(skip=LEARNER_ONLY, defaults=DEFAULTS))
-        return 0
-    return run_command('evaluate', argv, lambda args, stream: evaluate(args, stream_logs=stream))
+    Exit status as the runner's, 130 for a signal at any moment from here on.
+    """
+    from rip_control.signals import StopSignals
+
+    # First: until the runner's own handling takes over (the first thing run_command does),
+    # a signal interrupts the evaluation as Ctrl-C would, once.
+    stop = StopSignals().install()
+    try:
+        with stop.interruptible():
+            from rip_control.finetune import run_command
+
+            argv = list(sys.argv[1:] if argv is None else argv)
+            if any(a in ('-h', '--help') for a in argv):
+                print(__doc__)
+                print(arguments_help(skip=LEARNER_ONLY, defaults=DEFAULTS))
+                return 0
+            return run_command(
+                'evaluate', argv, lambda args, stream: evaluate(args, stream_logs=stream)
+            )
+    except KeyboardInterrupt:  # a signal outside the runner's own handling (nothing running)
+        print('evaluate: interrupted', file=sys.stderr, flush=True)
+        return 130
 
 
 if __name__ == '__main__':

@@ -13,6 +13,7 @@ from typing import Any
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 
 from rip_control.params import DOUBLE, INTEGER, Param
+from rip_control.signals import StopSignals
 
 
 def descriptor(p: Param) -> ParameterDescriptor:
@@ -50,15 +51,40 @@ def declare(node: Any, table: tuple[Param, ...]) -> None:
         node.declare_parameter(p.name, p.default, descriptor(p))
 
 
-def spin_until_shutdown(node: Any, executor: Any) -> int:
+def init_rclpy(args: list[str] | None = None) -> None:
+    """``rclpy.init`` without rclpy's signal handlers (:func:`spin_until_shutdown` adds them).
+
+    rclpy's handlers shut the context down at a signal; during set-up that fails whatever is
+    being built (a publisher on a dead context) and skips the code that would stop safely.
+    The process's :class:`rip_control.signals.StopSignals`, installed before this, records a
+    signal during set-up instead.
+    """
+    import rclpy
+    from rclpy.signals import SignalHandlerOptions
+
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+
+
+def spin_until_shutdown(node: Any, executor: Any, stop: StopSignals | None = None) -> int:
     """Spin until SIGINT/SIGTERM shuts the context down; 0 for that, 1 if the executor failed.
 
     A callback racing the signal's context shutdown (a publish on a dead context) is part of
     a normal stop; an exception while the context is still up is a failure, logged as fatal.
     The caller's own ``finally`` does its clean-up (disengage, save) in every case.
+
+    With ``stop`` (rclpy initialised by :func:`init_rclpy`), rclpy's signal handlers are
+    installed here, once the node and its executor exist: they chain to ``stop``'s, shut the
+    context down and wake the executor within a millisecond. A signal that came before them
+    (recorded by ``stop``) returns 0 at once, without spinning.
     """
     from rclpy.executors import ExternalShutdownException
 
+    if stop is not None:
+        from rclpy.signals import SignalHandlerOptions, install_signal_handlers
+
+        install_signal_handlers(SignalHandlerOptions.ALL)
+        if stop.requested:  # checked after installing: a later signal shuts the context down
+            return 0
     try:
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):

@@ -13,13 +13,13 @@ a full ROS 2 install.
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from typing import Any
 
 from rip_control.launching import ensure_loopback_dds, help_requested, parse_options
 from rip_control.params import Param
+from rip_control.signals import StopSignals
 
 OPTIONS = (
     Param('out', 'transitions_bag', 'bag directory to create (must not exist)'),
@@ -32,10 +32,14 @@ OPTIONS = (
 )
 
 
-def record(opts: dict[str, Any], log: Any = print) -> int:
-    """Record until stopped; return the number of messages written."""
+def record(opts: dict[str, Any], stop: StopSignals, log: Any = print) -> int:
+    """Record until ``stop`` is requested (or the limits); return the messages written.
+
+    ``stop`` is installed by the caller before anything else: a signal at any moment from
+    then on ends the loop (or skips it), and the bag is closed whatever the moment.
+    """
     import rclpy
-    from rclpy.executors import ExternalShutdownException
+    from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
     from std_msgs.msg import Float32MultiArray
 
@@ -44,29 +48,27 @@ def record(opts: dict[str, Any], log: Any = print) -> int:
     from rip_control.env import ACTION_SIZE, OBS_SIZE
 
     writer = BagWriter(opts['out'], opts['rate'], OBS_SIZE, ACTION_SIZE)
-    # Ctrl-C must reach our own stop path as KeyboardInterrupt with the context still up
-    # (rclpy's handler would shut the context down under the safe-stop sequence).
-    rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
-    node = rclpy.create_node('rip_record')
-
-    def on_message(data: bytes) -> None:
-        writer.write(data, time.time_ns())
-
-    sub = node.create_subscription(
-        Float32MultiArray, opts['topic'], on_message, TRANSITIONS_QOS, raw=True
-    )
-    matched = 0
-
-    def _sigterm(*_: object) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, _sigterm)
-    log(f'recording {opts["topic"]} at {opts["rate"]:g} Hz into {opts["out"]} (Ctrl-C stops)')
-    start = time.monotonic()
-    last_note = start
+    node = executor = None
     try:
-        while rclpy.ok():
-            rclpy.spin_once(node, timeout_sec=0.1)
+        # No rclpy handlers: the loop below polls ``stop`` (rclpy's would shut the context
+        # down under the subscription).
+        rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
+        node = rclpy.create_node('rip_record')
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+
+        def on_message(data: bytes) -> None:
+            writer.write(data, time.time_ns())
+
+        sub = node.create_subscription(
+            Float32MultiArray, opts['topic'], on_message, TRANSITIONS_QOS, raw=True
+        )
+        log(f'recording {opts["topic"]} at {opts["rate"]:g} Hz into {opts["out"]} (Ctrl-C stops)')
+        matched = 0
+        start = time.monotonic()
+        last_note = start
+        while not stop.requested:
+            executor.spin_once(timeout_sec=0.1)
             count = sub.get_publisher_count()
             if count != matched:
                 matched = count
@@ -79,26 +81,27 @@ def record(opts: dict[str, Any], log: Any = print) -> int:
             if now - last_note >= 5.0:
                 log(f'{writer.count} transitions recorded')
                 last_note = now
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
     finally:
-        signal.signal(signal.SIGTERM, old)
         writer.close()
-        node.destroy_node()
+        if executor is not None:
+            executor.shutdown()
+        if node is not None:
+            node.destroy_node()
         rclpy.try_shutdown()
     log(f'closed {opts["out"]}: {writer.count} transitions')
     return writer.count
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``name:=value`` options (see ``--help``)."""
+    """Command line: ``name:=value`` options (see ``--help``). Exit 0 after a signal too."""
+    stop = StopSignals().install()  # first: a signal from here on ends in a closed bag
     argv = sys.argv[1:] if argv is None else argv
     if help_requested(argv, __doc__, OPTIONS):
         return 0
     try:
         opts = parse_options(argv, OPTIONS)
         ensure_loopback_dds()
-        record(opts, log=lambda line: print(line, flush=True))
+        record(opts, stop, log=lambda line: print(line, flush=True))
     except (ValueError, FileExistsError) as exc:
         print(f'record: {exc}', file=sys.stderr)
         return 2

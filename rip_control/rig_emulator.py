@@ -19,7 +19,6 @@ import os
 from pathlib import Path
 import random
 import select
-import signal
 import sys
 import time
 import tty
@@ -43,6 +42,7 @@ from rip_control.protocol import (
     unpack_voltage_mv,
 )
 from rip_control.realtime import try_realtime
+from rip_control.signals import StopSignals
 
 FIRMWARE_BUILD = 1
 DEADMAN_RANGE_MS = (10, 2000)
@@ -285,12 +285,14 @@ STOP_LINGER_S = 0.1  # after the host's disengage on a stop, time for it to read
 class _Server:
     """The pty side: reads bytes, feeds the firmware, writes replies, injects faults."""
 
-    def __init__(self, firmware: Firmware, faults: FaultConfig, master_fd: int) -> None:
+    def __init__(
+        self, firmware: Firmware, faults: FaultConfig, master_fd: int, stop: StopSignals
+    ) -> None:
         self.firmware = firmware
         self.faults = faults
         self.fd = master_fd
         self.parser = FrameParser()
-        self.stop = False  # set by SIGINT/SIGTERM
+        self.stop = stop  # SIGINT/SIGTERM, recorded from main()'s first line on
         self.stop_grace_s = 0.0
         self._stop_seen_s: float | None = None
         self._off_since_s: float | None = None
@@ -350,7 +352,7 @@ class _Server:
         firmware then lingers a moment so the host reads the reply (closing the pty would
         discard it). The deadman still trips if the host has gone quiet.
         """
-        if not self.stop:
+        if not self.stop.requested:
             return False
         now = time.monotonic()
         if self._stop_seen_s is None:
@@ -507,7 +509,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: serve until SIGINT/SIGTERM."""
+    """Entry point: serve until SIGINT/SIGTERM; the link is removed on every way out."""
+    # First: a signal from here on ends in the clean stop below (motor off, link removed),
+    # whenever it comes; before READY too (the serving loop then returns at once).
+    stop = StopSignals().install()
     args = build_arg_parser().parse_args(argv)
     try:
         params = PendulumParams.from_yaml(args.params) if args.params else PendulumParams()
@@ -533,25 +538,19 @@ def main(argv: list[str] | None = None) -> int:
     os.set_blocking(master, False)
     device = os.ttyname(slave)
     link = Path(args.link)
-    _make_link(link, device)
-
     rt_note = try_realtime(args.rt_priority, cpu=args.cpu if args.cpu >= 0 else None)
     start = time.monotonic()
     firmware = Firmware(
         params, deadman_timeout_ms=args.deadman_ms, start_time_s=start, seed=args.seed
     )
-    server = _Server(firmware, faults, master)
+    server = _Server(firmware, faults, master, stop)
     server.stop_grace_s = max(0.0, args.stop_grace_ms) / 1000.0
     firmware.on_event = on_event
-
-    def _stop(signum: int, _frame: object) -> None:
-        server.stop = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    print(f'READY {device} {link} physics={params.physics_rate_hz:.0f}Hz {rt_note}', flush=True)
+    ready = f'READY {device} {link} physics={params.physics_rate_hz:.0f}Hz {rt_note}'
     try:
-        server.run(start)
+        _make_link(link, device)
+        print(ready, flush=True)
+        server.run(start)  # returns at once if a signal came before
     finally:
         firmware.power_down()
         _remove_link(link, device)

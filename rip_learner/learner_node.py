@@ -477,32 +477,46 @@ class LearnerNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    """Run until SIGINT/SIGTERM; the buffer is saved on every way out. Exit 2: bad config."""
-    rclpy.init(args=args)
-    try:
-        node = LearnerNode()
-    except (LearnerConfigError, ValueError) as exc:  # ValueError: a parameter the table refuses
-        print(f'rip_learner: {exc}', file=sys.stderr, flush=True)
-        rclpy.try_shutdown()
-        return 2
-    except KeyboardInterrupt:  # stopped while still starting: nothing received, nothing to save
-        rclpy.try_shutdown()
-        return 0
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
+    """Run until SIGINT/SIGTERM; the buffer is saved on every way out. Exit 2: bad config.
+
+    A signal while the node is being built (loading the resume buffer, importing bags) lets
+    the loading finish, then saves what it holds: nothing received is lost, nothing
+    half-loaded is written. A signal before that (nothing loaded yet) exits 0 at once.
+    """
+    from rip_control.node_params import init_rclpy
+    from rip_control.signals import StopSignals
+
+    # First: from here on a signal is a stop request, recorded; nothing is raised into the
+    # set-up, and the finally below (the final save) runs whatever the moment.
+    stop = StopSignals().install()
+    init_rclpy(args)
+    node: LearnerNode | None = None
+    executor: SingleThreadedExecutor | None = None
     code = 0
     try:
-        code = spin_until_shutdown(node, executor)
+        if not stop.requested:
+            try:
+                node = LearnerNode()  # the training thread starts in here
+            except (LearnerConfigError, ValueError) as exc:  # ValueError: a refused parameter
+                print(f'rip_learner: {exc}', file=sys.stderr, flush=True)
+                code = 2
+        if node is not None:
+            executor = SingleThreadedExecutor()
+            executor.add_node(node)
+            code = spin_until_shutdown(node, executor, stop)
     finally:
-        try:
-            node.shutdown()
-        except Exception as exc:  # noqa: BLE001
-            node.get_logger().fatal(f'final save failed: {exc!r}')
-            code = 1
-        if node.failed is not None:
-            code = 1
-        executor.shutdown()
-        node.destroy_node()
+        if node is not None:
+            try:
+                node.shutdown()
+            except Exception as exc:  # noqa: BLE001
+                node.get_logger().fatal(f'final save failed: {exc!r}')
+                code = 1
+            if node.failed is not None:
+                code = 1
+        if executor is not None:
+            executor.shutdown()
+        if node is not None:
+            node.destroy_node()
         rclpy.try_shutdown()
     return code
 

@@ -1,12 +1,32 @@
-"""Stop signals at any moment: the helper, in this process (no ROS)."""
+"""Stop signals at any moment: the helper (no ROS), and every entry point signalled early.
+
+Each entry point is started twenty times and sent SIGINT and SIGTERM alternately right after
+its first line of output, the earliest moment a user (or a launcher) can see it running;
+the next one starts without waiting for the previous one to finish stopping. Each must exit
+with its documented status, print no traceback, and leave the safe outcome behind. The
+control node is also signalled with its rig open, while an activation is in flight.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+import os
+from pathlib import Path
+import selectors
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
+from rip_control.emulator_process import child_env
+from rip_control.env import ACTION_SIZE, OBS_SIZE
 from rip_control.signals import StopRequested, StopSignals
+
+REPO = Path(__file__).resolve().parent.parent
+POLICY = REPO / 'policies' / 'sim_50hz' / 'policy.safetensors'
+ROUNDS = 20
 
 # ---- the helper, in this process ---------------------------------------------------------
 
@@ -115,3 +135,247 @@ def test_a_stop_signals_installed_over_another_one_owns_the_stop():
                 assert inner.requested and outer.requested
             signal.raise_signal(signal.SIGINT)  # after the runner: recorded, not raised
         assert outer.count == 2
+
+
+# ---- every entry point, signalled at its first line --------------------------------------
+
+
+@dataclass
+class Stopped:
+    """One process signalled at its first line of output."""
+
+    sig: str
+    first: str
+    code: int
+    out: str
+
+
+def _first_line(proc: subprocess.Popen, timeout_s: float) -> str:
+    """The process's first line of output, waited for at most ``timeout_s``."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout_s):
+            proc.kill()
+            out, _ = proc.communicate()
+            pytest.fail(f'no output within {timeout_s:g} s: {out[-2000:]}')
+    return proc.stdout.readline()
+
+
+def _signal_each_at_its_first_line(commands: list[list[str]], timeout_s: float = 120.0):
+    """Start each command and signal it (SIGINT, SIGTERM, ...) as soon as it prints a line.
+
+    The next one starts without waiting for the previous one to end; all are collected after.
+    """
+    started: list[tuple[signal.Signals, str, subprocess.Popen]] = []
+    try:
+        for i, cmd in enumerate(commands):
+            sig = (signal.SIGINT, signal.SIGTERM)[i % 2]
+            proc = subprocess.Popen(
+                cmd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            started.append((sig, '', proc))
+            first = _first_line(proc, timeout_s)
+            proc.send_signal(sig)
+            started[-1] = (sig, first, proc)
+        stopped = []
+        for sig, first, proc in started:
+            rest, _ = proc.communicate(timeout=timeout_s)
+            stopped.append(Stopped(sig.name, first, proc.returncode, first + rest))
+        return stopped
+    finally:
+        for _, _, proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
+def _assert_clean(stopped: list[Stopped], code: int, announcement: str) -> None:
+    assert len(stopped) == ROUNDS
+    for i, s in enumerate(stopped):
+        assert announcement in s.first, (i, s.first)
+        assert s.code == code, (i, s.sig, s.code, s.out[-3000:])
+        assert 'Traceback' not in s.out, (i, s.sig, s.out[-3000:])
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for entry in Path('/proc').iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / 'cmdline').read_bytes().replace(b'\0', b' ').decode()
+            except OSError:
+                continue  # ended meanwhile
+            if text in cmdline:
+                found.append(f'{entry.name}: {cmdline}')
+    return found
+
+
+def test_the_emulator_stops_with_the_device_gone_whenever_a_signal_comes(tmp_path):
+    links = [tmp_path / f'rig{i}' for i in range(ROUNDS)]
+    stopped = _signal_each_at_its_first_line(
+        [[sys.executable, '-m', 'rip_control.rig_emulator', '--link', str(link)] for link in links]
+    )
+    _assert_clean(stopped, 0, 'READY ')
+    for s, link in zip(stopped, links, strict=True):
+        assert 'rig_emulator: stopped after' in s.out, s.out
+        assert not link.exists() and not link.is_symlink(), link
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_the_recorder_closes_a_readable_bag_whenever_a_signal_comes(tmp_path):
+    from rip_control.bags import read_transitions
+
+    bags = [tmp_path / f'bag{i}' for i in range(ROUNDS)]
+    stopped = _signal_each_at_its_first_line(
+        [[sys.executable, '-m', 'rip_control.record', f'out:={bag}', 'rate:=50'] for bag in bags]
+    )
+    _assert_clean(stopped, 0, 'recording ')
+    for s, bag in zip(stopped, bags, strict=True):
+        assert f'closed {bag}: 0 transitions' in s.out, s.out
+        got = read_transitions(
+            [bag], rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE, dt_tolerance_s=0.005
+        )
+        assert got.transitions == [] and got.messages == 0
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_the_control_node_exits_0_whenever_a_signal_comes():
+    tag = f'sig_{os.getpid()}'
+    stopped = _signal_each_at_its_first_line(
+        [
+            [
+                sys.executable,
+                '-m',
+                'rip_control.control_node',
+                '--ros-args',
+                '-r',
+                f'__node:=rip_control_{tag}_{i}',
+            ]
+            for i in range(ROUNDS)
+        ]
+    )
+    # Unconfigured: no rig open, so exit 0 means the stop path ran (1: disengage failed or
+    # the executor failed; -2/-15: the signal escaped it).
+    _assert_clean(stopped, 0, 'unconfigured, waiting for configure')
+    for s in stopped:
+        assert 'failed' not in s.out, s.out
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_the_learner_saves_what_it_loaded_whenever_a_signal_comes(tmp_path):
+    import numpy as np
+
+    from rip_control.launching import ProcessSpec
+    from rip_learner import buffer_store
+    from rip_learner.buffer_store import BufferMeta
+
+    n = 40
+    resumed = tmp_path / 'earlier' / 'replay_buffer.safetensors'
+    arrays = {
+        'observations': np.full((n, OBS_SIZE), 0.5, np.float32),
+        'next_observations': np.full((n, OBS_SIZE), 0.5, np.float32),
+        'actions': np.zeros((n, ACTION_SIZE), np.float32),
+        'rewards': np.arange(n, dtype=np.float32),
+        'dones': np.zeros(n, np.float32),
+        'timeouts': np.zeros(n, np.float32),
+    }
+    buffer_store.save(resumed, arrays, BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, n))
+    runs = tmp_path / 'runs'
+    params = {'rate_hz': 50.0, 'runs_dir': str(runs), 'resume_buffer': str(resumed), 'nice': 0}
+    specs = [
+        ProcessSpec(
+            'learner',
+            'learner_node',
+            f'rip_learner_sig_{os.getpid()}_{i}',
+            params={**params, 'run_name': f'r{i}'},
+        )
+        for i in range(ROUNDS)
+    ]
+    stopped = _signal_each_at_its_first_line([spec.command() for spec in specs])
+    # Its first line comes while it loads (before the buffer): the loading finishes, then it
+    # saves the resumed buffer into its run folder.
+    _assert_clean(stopped, 0, 'learner process:')
+    for i, s in enumerate(stopped):
+        run_dir = runs / f'r{i}'
+        got, meta = buffer_store.load(
+            run_dir / 'replay_buffer.safetensors',
+            rate_hz=50.0,
+            obs_size=OBS_SIZE,
+            action_size=ACTION_SIZE,
+        )
+        assert meta.count == n, s.out
+        assert np.array_equal(got['rewards'], arrays['rewards'])
+        assert (run_dir / 'policy_latest.safetensors').exists()
+        assert (run_dir / 'sac_checkpoint.safetensors').exists()
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_the_evaluation_exits_130_with_nothing_left_running_whenever_a_signal_comes(tmp_path):
+    links = [tmp_path / f'rig{i}' for i in range(ROUNDS)]
+    stopped = _signal_each_at_its_first_line(
+        [
+            [
+                sys.executable,
+                '-m',
+                'rip_control.evaluate',
+                '--quiet',
+                f'policy:={POLICY}',
+                'episodes:=1',
+                f'runs_dir:={tmp_path / "runs"}',
+                f'run_name:=ev{i}',
+                f'emulator_link:={link}',
+            ]
+            for i, link in enumerate(links)
+        ]
+    )
+    _assert_clean(stopped, 130, "evaluation 'ev")
+    for link in links:
+        assert not link.exists() and not link.is_symlink(), link
+    # Its children (emulator, control node) were stopped by it, not orphaned.
+    assert _processes_mentioning(str(tmp_path)) == []
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_a_signal_while_the_rig_is_open_and_activating_ends_with_the_nodes_own_disengage(
+    control_rig, ros_node
+):
+    # Configured (rig open), then a signal within 0-27 ms of the activate request: before,
+    # during or after the activation in the node's executor. Whichever, the node's own
+    # command disengages the motor if it was engaged (the deadman would say 'deadman').
+    from lifecycle_msgs.msg import Transition
+    from lifecycle_msgs.srv import ChangeState
+
+    engaged = 0
+    for i in range(10):
+        sig = (signal.SIGINT, signal.SIGTERM)[i % 2]
+        rig = control_rig()
+        assert rig.driver.change('configure')
+        client = ros_node.create_client(ChangeState, f'/{rig.name}/change_state')
+        try:
+            assert client.wait_for_service(timeout_sec=10.0)
+            request = ChangeState.Request()
+            request.transition.id = Transition.TRANSITION_ACTIVATE
+            client.call_async(request)  # sent now; the answer is not awaited
+            time.sleep(i * 0.003)  # the moment, not a synchronisation
+            rig.proc.send_signal(sig)
+            out, _ = rig.proc.communicate(timeout=30)
+        finally:
+            ros_node.destroy_client(client)
+        assert rig.proc.returncode == 0, (i, sig.name, out[-3000:])
+        assert 'Traceback' not in out, (i, sig.name, out[-3000:])
+        motor = _motor_events(rig.emulator)
+        if motor and motor[-1].startswith('engaged'):  # its disengage may not be read yet
+            rig.emulator.wait_for_line('EVENT', 2.0, start=len(rig.emulator.lines))
+            motor = _motor_events(rig.emulator)
+        assert motor in ([], ['engaged command', 'disengaged command']), (i, sig.name, motor)
+        engaged += bool(motor)
+    assert engaged, 'no signal came after the engage: the open, engaged rig was not tested'
+
+
+def _motor_events(emulator) -> list[str]:
+    return [w for _, w in emulator.events() if w.startswith(('engaged', 'disengaged'))]

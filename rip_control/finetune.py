@@ -34,7 +34,6 @@ from rip_control.emulator_process import (
     EmulatorProcess,
     child_env,
     die_with_parent,
-    signals_blocked,
     stop_process,
 )
 from rip_control.launching import (
@@ -49,9 +48,13 @@ from rip_control.launching import (
     packaged_policy,
     parse_args,
 )
+from rip_control.signals import StopSignals
 from rip_learner.buffer_store import BUFFER_FILE, atomic_write_bytes, check_run_dir_is_free
 
 POLICY_LATEST = 'policy_latest.safetensors'
+STOPPING_NOTE = (
+    'stopping in the safe order (motor first, then learner, then emulator); please wait'
+)
 _print_lock = threading.Lock()
 
 
@@ -326,10 +329,14 @@ def run(
     :param complete: ``complete(episodes)`` tells whether the observer has received all of
         them; after the last episode summary the runner waits for it (at most 5 s).
     """
-    stops = StopSignals().install()  # first, before any moment a signal could fall into
+    # First, before any moment a signal could fall into; a stop an entry point's own
+    # StopSignals recorded before this is taken over.
+    stops = StopSignals(repeat_note=STOPPING_NOTE).install()
+    _ACTIVE_STOPS.append(stops)
     try:
         return _run(args, stops, stream_logs, learn, observe, complete)
     finally:
+        _ACTIVE_STOPS.remove(stops)
         stops.restore()
 
 
@@ -389,79 +396,80 @@ def _run(
     started = time.monotonic()
     done_at: float | None = None
     try:
-        for spec in specs:
-            if spec.executable == 'rig_emulator':
-                link = spec.args[spec.args.index('--link') + 1]
-                emulators.append(EmulatorProcess(link, spec.args[2:]))
-                emulators[-1].start()  # listed first: a signal while it starts still stops it
-                print(f'[{spec.label}] {emulators[-1].ready_line.strip()}', flush=True)
-            else:
-                # A Ctrl-C during the fork is held back until the child is on the list.
-                with signals_blocked():
-                    children.append(_Child(spec, stream_logs))
-        check_stop()  # a signal during a fork is swallowed there; act on it now
-        if learner_spec is not None:
-            _wait_for_learner(node, children, timeout_s=180.0)
-        for spec, driver in zip(control_specs, drivers, strict=True):
-            if not driver.wait_for_services(30.0):
-                raise RunFailed(f'{spec.fqn} never offered its lifecycle services')
-            if not driver.change('configure'):
-                raise RunFailed(f'{spec.fqn} refused to configure (see [{spec.label}] log)')
-        if observer_ready is not None:
-            _wait_until(node, observer_ready, 10.0, 'no transitions publisher matched')
-        # Matching is discovered by each side on its own: the learner may see the publisher
-        # before the publisher sees the learner, and until then transitions reach nobody.
-        # The control node's own count (in its diagnostics) is the one that matters.
-        _wait_until(
-            node,
-            lambda: all(int(m.control.get('transitions_subscribers', 0)) > 0 for m in monitors),
-            15.0,
-            'a control node never matched a subscriber to its transitions',
-        )
-        for spec, driver, mon in zip(control_specs, drivers, monitors, strict=True):
-            if not driver.change('activate'):
-                raise RunFailed(f'{spec.fqn} refused to activate (see [{spec.label}] log)')
-            mon.activated = True  # from now on, leaving active on its own is a failure
-            mon.control = {}  # what came before activating says nothing now
-        while True:
-            check_stop()
-            rclpy.spin_once(node, timeout_sec=0.1)
-            for child in children:
-                if child.proc.poll() is not None:
-                    raise RunFailed(
-                        f'{child.spec.label} exited with status {child.proc.returncode}: '
-                        + ' | '.join(child.tail[-3:])
-                    )
-            for spec, mon, driver in zip(control_specs, monitors, drivers, strict=True):
-                # The diagnostics hint (they may predate the activation); the node's own
-                # lifecycle service decides.
-                if mon.control_left_active():
-                    if driver.state(timeout_s=2.0) == 'active':
-                        mon.control = {}  # a stale report from before the activation
-                        continue
-                    raise RunFailed(
-                        f'{spec.fqn} left active on its own: '
-                        f'{mon.control_message or "no reason given"} (motor disengaged)'
-                    )
-            if episodes and all(len(m.episodes) >= episodes for m in monitors):
-                if complete is None or complete(episodes):
-                    if learner_spec is not None:
-                        _hand_over_to_learner(node, drivers, monitors)
-                    break
-                if done_at is None:
-                    done_at = time.monotonic()
-                elif time.monotonic() - done_at > 5.0:
-                    print('the observer missed part of the last episode', flush=True)
-                    break
+        with stops.interruptible():  # the first signal raises here, once
+            for spec in specs:
+                if spec.executable == 'rig_emulator':
+                    link = spec.args[spec.args.index('--link') + 1]
+                    emulators.append(EmulatorProcess(link, spec.args[2:]))
+                    emulators[-1].start()  # listed first: a signal while it starts still stops it
+                    print(f'[{spec.label}] {emulators[-1].ready_line.strip()}', flush=True)
+                else:
+                    # A Ctrl-C during the fork is held back until the child is on the list.
+                    with stops.held():
+                        children.append(_Child(spec, stream_logs))
+            if learner_spec is not None:
+                _wait_for_learner(node, children, timeout_s=180.0)
+            for spec, driver in zip(control_specs, drivers, strict=True):
+                if not driver.wait_for_services(30.0):
+                    raise RunFailed(f'{spec.fqn} never offered its lifecycle services')
+                if not driver.change('configure'):
+                    raise RunFailed(f'{spec.fqn} refused to configure (see [{spec.label}] log)')
+            if observer_ready is not None:
+                _wait_until(node, observer_ready, 10.0, 'no transitions publisher matched')
+            # Matching is discovered by each side on its own: the learner may see the publisher
+            # before the publisher sees the learner, and until then transitions reach nobody.
+            # The control node's own count (in its diagnostics) is the one that matters.
+            _wait_until(
+                node,
+                lambda: all(
+                    int(m.control.get('transitions_subscribers', 0)) > 0 for m in monitors
+                ),
+                15.0,
+                'a control node never matched a subscriber to its transitions',
+            )
+            for spec, driver, mon in zip(control_specs, drivers, monitors, strict=True):
+                if not driver.change('activate'):
+                    raise RunFailed(f'{spec.fqn} refused to activate (see [{spec.label}] log)')
+                mon.activated = True  # from now on, leaving active on its own is a failure
+                mon.control = {}  # what came before activating says nothing now
+            while True:
+                stops.check()
+                rclpy.spin_once(node, timeout_sec=0.1)
+                for child in children:
+                    if child.proc.poll() is not None:
+                        raise RunFailed(
+                            f'{child.spec.label} exited with status {child.proc.returncode}: '
+                            + ' | '.join(child.tail[-3:])
+                        )
+                for spec, mon, driver in zip(control_specs, monitors, drivers, strict=True):
+                    # The diagnostics hint (they may predate the activation); the node's own
+                    # lifecycle service decides.
+                    if mon.control_left_active():
+                        if driver.state(timeout_s=2.0) == 'active':
+                            mon.control = {}  # a stale report from before the activation
+                            continue
+                        raise RunFailed(
+                            f'{spec.fqn} left active on its own: '
+                            f'{mon.control_message or "no reason given"} (motor disengaged)'
+                        )
+                if episodes and all(len(m.episodes) >= episodes for m in monitors):
+                    if complete is None or complete(episodes):
+                        if learner_spec is not None:
+                            _hand_over_to_learner(node, drivers, monitors)
+                        break
+                    if done_at is None:
+                        done_at = time.monotonic()
+                    elif time.monotonic() - done_at > 5.0:
+                        print('the observer missed part of the last episode', flush=True)
+                        break
     except KeyboardInterrupt:
-        stops.defer()
         interrupted = True
         print('interrupted: stopping (motor first, then learner, then emulator)', flush=True)
     except RunFailed as exc:
         failure = str(exc)
         print(f'FAILED: {failure}', file=sys.stderr, flush=True)
     finally:
-        stops.defer()  # a second Ctrl-C must not abort the ordered stop
+        # Outside the interruptible block: a second Ctrl-C cannot abort the ordered stop.
         codes = _shutdown(drivers, children, emulators)
         node.destroy_node()
         rclpy.try_shutdown()
@@ -493,64 +501,13 @@ def _run(
     return summary
 
 
-class StopSignals:
-    """SIGINT and SIGTERM for the runner: the first one stops the run, later ones wait.
-
-    The first signal raises :class:`KeyboardInterrupt`, which the run's stop path catches;
-    that path calls :meth:`defer` first, so a second Ctrl-C during the ordered stop (motor
-    off, then learner, then emulator) cannot abort it half-way: it is told to wait. Python
-    drops an exception raised where it cannot propagate (an at-fork hook inside
-    ``subprocess.Popen``, a finaliser), so the signal is also remembered, and the runner's
-    waits call :func:`check_stop` to act on one that was swallowed. Installed before
-    anything else, so no moment is left where a signal escapes.
-    """
-
-    active: StopSignals | None = None
-
-    def __init__(self) -> None:
-        self._old: dict[int, Any] = {}
-        self._outer: StopSignals | None = None
-        self.received = 0
-        self.stopping = False
-
-    def install(self) -> StopSignals:
-        """Take over SIGINT and SIGTERM (main thread only); returns self."""
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._old[sig] = signal.signal(sig, self._first)
-        self._outer, StopSignals.active = StopSignals.active, self
-        return self
-
-    def _first(self, signum: int, _frame: object) -> None:
-        self.received = signum
-        raise KeyboardInterrupt
-
-    def defer(self) -> None:
-        """The stop is under way: from now on a signal only says so."""
-        self.stopping = True
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._later)
-
-    def _later(self, signum: int, _frame: object) -> None:
-        # os.write, not print: the interrupted code may hold the print lock.
-        os.write(
-            2,
-            f'{signal.Signals(signum).name}: stopping in the safe order (motor first, then '
-            'learner, then emulator); please wait\n'.encode(),
-        )
-
-    def restore(self) -> None:
-        """Give the handlers back."""
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-        self._old.clear()
-        StopSignals.active = self._outer
+_ACTIVE_STOPS: list[StopSignals] = []  # the running run()'s, for its waits
 
 
 def check_stop() -> None:
-    """Raise :class:`KeyboardInterrupt` for a signal whose own raise was swallowed."""
-    stops = StopSignals.active
-    if stops is not None and stops.received and not stops.stopping:
-        raise KeyboardInterrupt
+    """In the runner's waits: raise a stop whose own raise Python swallowed (see signals)."""
+    if _ACTIVE_STOPS:
+        _ACTIVE_STOPS[-1].check()
 
 
 def _wait_for_learner(node: Any, children: list[_Child], timeout_s: float) -> None:
@@ -757,6 +714,7 @@ def _plots(run_dir: Path, dt_s: Any, rate_hz: float, eps: list[dict[str, float]]
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``name:=value`` arguments as in the launch file; ``--quiet`` hides logs."""
+    StopSignals().install()  # first; run() takes over a stop recorded before it starts
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ('-h', '--help') for a in argv):
         print(__doc__)
@@ -774,17 +732,11 @@ def run_command(
     """
     quiet = '--quiet' in argv
     argv = [a for a in argv if a != '--quiet']
-    stops = StopSignals().install()  # before anything: no moment where a signal escapes
     try:
         summary = job(parse_args(argv), not quiet)
     except ValueError as exc:
         print(f'{prog}: {exc}', file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # before any process was started
-        print(f'{prog}: interrupted before anything started', file=sys.stderr)
-        return 130
-    finally:
-        stops.restore()
     if summary['failure']:
         print(f'{prog} failed: {summary["failure"]}', file=sys.stderr)
         return 1

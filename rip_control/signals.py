@@ -92,6 +92,10 @@ class StopSignals:
             owner = getattr(previous, '__self__', None)
             if isinstance(owner, StopSignals) and owner is not self:
                 self._outer[sig] = owner
+                if owner._first is not None and not owner._delivered and self._first is None:
+                    # A stop the outer one recorded and never raised is this one's now.
+                    self._record(owner._first)
+                    owner._raised = owner._delivered = True
         return self
 
     def restore(self) -> None:

@@ -22,11 +22,11 @@ fully qualified names), ``episodes:=N`` (0: run until stopped), ``learn:=true|fa
 
 from __future__ import annotations
 
-import signal
 import sys
 from typing import Any
 
 from rip_control.params import Param, parse_options
+from rip_control.signals import StopSignals
 
 OPTIONS = (
     Param('controls', '/rip_control', 'comma-separated fully qualified control node names'),
@@ -100,18 +100,11 @@ def supervise(node: Any, controls: list[str], episodes: int, learn: bool, match_
 
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 done (or stopped by a signal), 1 a node failed, 2 bad arguments."""
-    stop = {'signal': 0}
-
-    def _on_signal(signum: int, _frame: object) -> None:
-        stop['signal'] = signum
-        raise KeyboardInterrupt
-
-    # First, before anything that a signal could interrupt half-way.
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
+    stop = StopSignals().install()  # first, before anything a signal could interrupt
     try:
-        return _main(list(sys.argv[1:] if argv is None else argv))
-    except KeyboardInterrupt:
+        with stop.interruptible():
+            return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:  # each control node disengages on its own signal
         return 0
 
 

@@ -16,7 +16,6 @@ import time
 import pytest
 
 from rip_control.emulator_process import child_env
-from rip_control.finetune import StopSignals, check_stop
 
 ANNOUNCED = "fine-tune 'sig"
 
@@ -117,19 +116,20 @@ def test_a_second_ctrl_c_during_the_ordered_stop_does_not_abort_it(tmp_path):
     _no_process_left(tmp_path)
 
 
-def test_stop_signals_raise_then_only_ask_to_wait_once_the_stop_is_under_way():
-    stops = StopSignals().install()
+def test_a_runner_inside_an_entry_point_takes_over_a_stop_the_entry_point_recorded():
+    from rip_control.signals import StopSignals
+
+    outer = StopSignals().install()
     try:
-        with pytest.raises(KeyboardInterrupt):
-            signal.raise_signal(signal.SIGINT)
-        assert stops.received == signal.SIGINT
-        with pytest.raises(KeyboardInterrupt):  # remembered, in case the raise was swallowed
-            check_stop()
-        stops.defer()
-        check_stop()
-        signal.raise_signal(signal.SIGINT)  # the stop is under way: no exception
-        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)  # before the runner's own handling: recorded only
+        inner = StopSignals().install()
+        try:
+            assert inner.requested and inner.signum == signal.SIGTERM
+            with pytest.raises(KeyboardInterrupt), inner.interruptible():
+                pass  # raised on entering: the stop is not lost
+        finally:
+            inner.restore()
+        with outer.interruptible():  # handled by the inner one: the outer does not raise again
+            pass
     finally:
-        stops.restore()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert StopSignals.active is None
+        outer.restore()

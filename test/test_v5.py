@@ -75,8 +75,10 @@ def test_evaluate_refuses_learning_options_and_a_policy_at_another_rate(tmp_path
         f'runs_dir:={tmp_path}',
         'run_name:=ev100',
     )
-    assert proc.returncode == 1
-    assert 'trained at 100 Hz but this node runs at 50 Hz' in proc.stdout + proc.stderr
+    # Refused before anything starts (it used to start the processes and fail in configure).
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert 'trained at 100 Hz but this node runs at 50 Hz' in proc.stderr
+    assert 'process' not in proc.stdout and not (tmp_path / 'ev100').exists()
 
 
 def test_v5_short_runs_all_three_ways_and_writes_json_and_plots(tmp_path):

@@ -17,7 +17,7 @@ from rip_control.control_node import TICK_QOS, WEIGHTS_QOS
 from rip_control.emulator_process import stop_process
 from rip_control.env import ACTION_SIZE, OBS_SIZE
 from rip_control.policy import PolicyMeta, encode_actor, random_actor
-from rip_control.transitions import unpack
+from rip_control.transitions import TransitionRejected, unpack
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 PERIOD_S = 0.02
@@ -38,8 +38,11 @@ def spin_for(node, seconds):
 
 
 class Collector:
+    open = []  # every collector not closed yet; closed after each test (autouse fixture)
+
     def __init__(self, node, name):
         self.transitions = []
+        self.malformed = 0
         self.diagnostics = []
         self._subs = [
             node.create_subscription(Float32MultiArray, 'transitions', self._on_t, 1000),
@@ -47,12 +50,16 @@ class Collector:
         ]
         self.name = name
         self.node = node
+        Collector.open.append(self)
 
     def _on_t(self, msg):
         labels = [(d.label, d.size) for d in msg.layout.dim]
-        self.transitions.append(
-            unpack(labels, np.asarray(msg.data, np.float32), OBS_SIZE, ACTION_SIZE)
-        )
+        try:
+            t = unpack(labels, np.asarray(msg.data, np.float32), OBS_SIZE, ACTION_SIZE)
+        except TransitionRejected:
+            self.malformed += 1  # raising here would break whatever test spins the node
+            return
+        self.transitions.append(t)
 
     def _on_d(self, msg):
         for st in msg.status:
@@ -64,6 +71,17 @@ class Collector:
     def close(self):
         for sub in self._subs:
             self.node.destroy_subscription(sub)
+        self._subs = []
+        if self in Collector.open:
+            Collector.open.remove(self)
+
+
+@pytest.fixture(autouse=True)
+def _close_collectors():
+    """A test that fails before closing its collectors must not leave them subscribed."""
+    yield
+    for collector in list(Collector.open):
+        collector.close()
 
     def last(self, state=None):
         """The newest diagnostics values (of a node that has run its loop, in ``state``)."""
@@ -127,6 +145,7 @@ def test_v1_node_holds_its_rate_and_publishes_only_clean_transitions(control_rig
     last = _settled(ros_node, col)
     col.close()
     assert rig.wait_disengaged_after(t0) is not None
+    assert col.malformed == 0  # every published transition unpacks with its labelled layout
     dts = np.array([t.dt_s for t in col.transitions])
     assert len(dts) >= 90  # ~5 s of 50 Hz episodes; loose for a loaded CI machine
     assert abs(dts.mean() - PERIOD_S) < 1e-4

@@ -532,7 +532,7 @@ def _wait_for_learner(node: Any, children: list[_Child], timeout_s: float) -> No
 
 
 def _hand_over_to_learner(
-    node: Any, drivers: list[Any], monitors: list[_Monitor], timeout_s: float = 5.0
+    node: Any, drivers: list[Any], monitors: list[_Monitor], timeout_s: float = 30.0
 ) -> tuple[int, int] | None:
     """Deactivate every rig (motor off), then let the learner catch up before it is stopped.
 

@@ -345,7 +345,7 @@ def test_stopping_the_runner_turns_the_motor_off_then_stops_the_learner_then_the
     assert meta.count > 0
     if how == 'SIGKILL':
         # Every child got its SIGTERM at once: no order, but the motor went off.
-        assert any(what.startswith('disengaged ') for what in whats), whats
+        assert 'disengaged command' in whats, whats  # the node's own, not a timed-out grace
         return
     out = ''.join(lines)
     assert 'interrupted' in out

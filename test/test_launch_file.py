@@ -43,6 +43,8 @@ def install_prefix(tmp_path_factory):
 class Launch:
     """``ros2 launch rip_control finetune.launch.py ARGS`` in its own process group."""
 
+    running: list[Launch] = []  # killed at teardown if a test failed before they ended
+
     def __init__(self, prefix: Path, cwd: Path, args: list[str]) -> None:
         env = sourced_env(prefix)
         self.lines: list[str] = []
@@ -58,6 +60,7 @@ class Launch:
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        Launch.running.append(self)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -110,6 +113,21 @@ class Launch:
             for line in self.lines
             if line.startswith(prefix) and ' EVENT ' in line
         ]
+
+
+@pytest.fixture(autouse=True)
+def _no_launch_left_behind():
+    """A launch whose test failed must not keep its nodes in this session's DDS domain."""
+    yield
+    while Launch.running:
+        launch = Launch.running.pop()
+        if launch.proc.poll() is None:
+            os.killpg(launch.proc.pid, signal.SIGINT)
+            try:
+                launch.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(launch.proc.pid, signal.SIGKILL)
+                launch.proc.wait()
 
 
 def _alive(pid: int) -> bool:

@@ -74,6 +74,10 @@ def test_runner_plan_has_the_launch_files_executables_and_parameters():
     cmd = by['control'].command()
     assert '-p' in cmd and 'rate_hz:=50.0' in cmd and 'episodes:=3' in cmd
     assert "run_name:='2024'" in cmd  # quoted: rcl would read a bare 2024 as an integer
+    # A value other than the default, spelled as a user types it.
+    params = node_parameters({'rate': '100'})
+    assert params[CONTROL]['rate_hz'] == params[LEARNER]['rate_hz'] == 100.0
+    assert isinstance(params[CONTROL]['rate_hz'], float)
 
 
 def test_a_params_file_is_typed_by_the_table_and_unknown_keys_are_refused(tmp_path):

@@ -10,6 +10,7 @@ arguments appended to keep it short — or listed in :data:`NOT_RUN` with the re
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 import re
 import shlex
@@ -97,12 +98,15 @@ def run_readme(command: str, subs: dict[str, str], extra: list[str] = (), **kw):
 class Running:
     """A long-running README command, its output read as it comes."""
 
+    started: list[Running] = []  # stopped at teardown if a test failed before stopping them
+
     def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
         self.lines: list[str] = []
         self._cond = threading.Condition()
         self.proc = subprocess.Popen(
             args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
+        Running.started.append(self)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -133,6 +137,16 @@ class Running:
     @property
     def text(self) -> str:
         return ''.join(self.lines)
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_running():
+    yield
+    while Running.started:
+        running = Running.started.pop()
+        if running.proc.poll() is None:
+            running.proc.kill()
+            running.proc.wait()
 
 
 @pytest.fixture(scope='module')
@@ -178,7 +192,8 @@ def test_the_readme_finetune_command(tmp_path):
         ['episodes:=2', 'episode_seconds:=2', f'runs_dir:={tmp_path}', '--quiet'],
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert 'tick rate       50.0000 Hz' in proc.stdout or '49.9' in proc.stdout
+    rate = re.search(r'tick rate\s+([\d.]+) Hz \(target 50', proc.stdout)
+    assert rate and abs(float(rate.group(1)) - 50.0) < 0.5, proc.stdout[-2000:]
     buffer = tmp_path / 'first' / 'replay_buffer.safetensors'
     _, meta = buffer_store.load(buffer, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
     assert meta.count > 0
@@ -223,17 +238,27 @@ def test_the_readme_evaluate_command(tmp_path):
     'episode_seconds:=10 serial_port:=/dev/ttyUSB0'
 )
 def test_the_readme_evaluate_variants_are_checked_before_anything_starts(tmp_path):
-    """The worn rig's file loads; a port that is not there is named, exit 2, fast."""
-    worn = run_readme(
+    """The worn rig's command plans its emulator with that physics; a missing port is named.
+
+    (The evaluation itself runs in the test above; here the arguments, as the README spells
+    them, go through the evaluation's own plan, without starting a process.)
+    """
+    from rip_control.evaluate import DEFAULTS
+    from rip_control.finetune import plan
+
+    words = shlex.split(
         'python -m rip_control.evaluate policy:=policies/sim_50hz/policy.safetensors episodes:=5 '
-        'episode_seconds:=10 rig_params:=config/rig_shifted_worn.yaml',
-        {
-            'policies/sim_50hz/policy.safetensors': str(POLICY),
-            'config/rig_shifted_worn.yaml': str(REPO / 'config' / 'rig_shifted_worn.yaml'),
-        },
-        ['--help'],
+        'episode_seconds:=10 rig_params:=config/rig_shifted_worn.yaml'
     )
-    assert worn.returncode == 0
+    args = {**DEFAULTS, **dict(w.split(':=', 1) for w in words if ':=' in w)}
+    args['policy'] = str(POLICY)
+    args['rig_params'] = str(REPO / args['rig_params'])
+    specs, _ = plan(args, learn=False)
+    (emulator,) = [s for s in specs if s.executable == 'rig_emulator']
+    assert emulator.args[emulator.args.index('--params') + 1] == args['rig_params']
+    (control,) = [s for s in specs if s.executable == 'control_node']
+    assert control.params['episodes'] == 5 and control.params['episode_seconds'] == 10.0
+    assert not control.params['stochastic_actions']
     t0 = time.monotonic()
     port = run_readme(
         'python -m rip_control.evaluate policy:=runs/demo/policy_latest.safetensors episodes:=5 '
@@ -297,9 +322,10 @@ def test_the_readme_control_node_command_configures(start_emulator, ros_node, tm
         '-p policy:=actor.safetensors'
     )
     cmd = cmd.replace('/tmp/rip_rig', str(emu.link)).replace('actor.safetensors', str(POLICY))
-    node = Running(argv(cmd), tmp_path, child_env())
+    name = f'rip_control_readme_{os.getpid()}'  # appended: a node of another test may linger
+    node = Running(argv(cmd) + ['-r', f'__node:={name}'], tmp_path, child_env())
     try:
-        driver = LifecycleDriver(ros_node, '/rip_control')
+        driver = LifecycleDriver(ros_node, f'/{name}')
         assert driver.wait_for_services(30.0), node.text
         assert driver.change('configure'), node.text
         node.wait_for(r'configured: 50 Hz', 10)
@@ -321,9 +347,14 @@ def test_the_readme_ros2_run_control_node_takes_the_params_file(
 
     cmd = 'ros2 run rip_control control_node --ros-args --params-file config/finetune.yaml'
     cmd = cmd.replace('config/finetune.yaml', str(REPO / 'config' / 'finetune.yaml'))
-    node = Running(argv(cmd, install_prefix), tmp_path, sourced_env(install_prefix))
+    name = f'rip_control_readme_run_{os.getpid()}'  # appended: another may linger
+    node = Running(
+        argv(cmd, install_prefix) + ['-r', f'__node:={name}'],
+        tmp_path,
+        sourced_env(install_prefix),
+    )
     try:
-        driver = LifecycleDriver(ros_node, '/rip_control')
+        driver = LifecycleDriver(ros_node, f'/{name}')
         assert driver.wait_for_services(30.0), node.text
         assert driver.state() == 'unconfigured'
     finally:

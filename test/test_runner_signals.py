@@ -33,6 +33,8 @@ def _processes_mentioning(text: str) -> list[str]:
 
 
 class Runner:
+    started: list[Runner] = []  # killed at teardown if a test failed before they ended
+
     def __init__(self, tmp_path: Path, *args: str) -> None:
         self.lines: list[str] = []
         self.announced = threading.Event()
@@ -53,6 +55,7 @@ class Runner:
             text=True,
         )
         threading.Thread(target=self._read, daemon=True).start()
+        Runner.started.append(self)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -66,6 +69,16 @@ class Runner:
     @property
     def text(self) -> str:
         return ''.join(self.lines[-40:])
+
+
+@pytest.fixture(autouse=True)
+def _no_runner_left_behind():
+    yield
+    while Runner.started:
+        runner = Runner.started.pop()
+        if runner.proc.poll() is None:
+            runner.proc.kill()  # its children follow (PR_SET_PDEATHSIG)
+            runner.proc.wait()
 
 
 def _no_process_left(tmp_path: Path, timeout_s: float = 30.0) -> None:

@@ -174,7 +174,8 @@ def test_v1_node_holds_its_rate_and_publishes_only_clean_transitions(control_rig
     assert rows[0].startswith(
         'episode,n_ticks,mean_tick_dt_ms,std_tick_dt_ms,max_overrun_ms,n_violations'
     )
-    assert len(rows) >= 3
+    assert len(rows) >= 2  # a row per finished episode (how many fit in 5 s depends on resets)
+    assert all(int(row.split(',')[1]) > 0 for row in rows[1:]), rows  # ticks per episode
 
 
 @pytest.mark.parametrize('how', ['deactivate', 'SIGINT', 'SIGTERM'])

@@ -10,6 +10,7 @@ import time
 
 from diagnostic_msgs.msg import DiagnosticArray
 import numpy as np
+from procs import processes_mentioning
 import pytest
 import rclpy
 import yaml
@@ -240,18 +241,6 @@ def test_learner_killed_mid_run_control_keeps_rate_on_the_last_policy_and_a_rest
         ros_node.destroy_subscription(sub)
 
 
-def _processes_mentioning(text):
-    found = []
-    for proc_dir in Path('/proc').iterdir():
-        try:
-            cmdline = (proc_dir / 'cmdline').read_bytes().replace(b'\0', b' ').decode()
-        except (OSError, ValueError):
-            continue
-        if text in cmdline:
-            found.append(proc_dir.name)
-    return found
-
-
 _ROS_LOG_FORMAT = '[{severity}] [{time}] [{name}]: {message}'
 _CHILD_LINE = re.compile(r'^\[(\w+)\] \[\w+\] \[(\d+\.\d+)\] \[[^\]]*\]: (.*)$')
 
@@ -322,7 +311,7 @@ def test_stopping_the_runner_turns_the_motor_off_then_stops_the_learner_then_the
             # kernel (SIGTERM on parent death) and take their own safe exits.
             assert code == -signal.SIGKILL
             deadline = time.monotonic() + 60
-            while _processes_mentioning(str(tmp_path)):
+            while processes_mentioning(str(tmp_path)):
                 assert time.monotonic() < deadline, 'children outlived the killed runner'
                 time.sleep(0.2)
         else:

@@ -13,23 +13,12 @@ import sys
 import threading
 import time
 
+from procs import processes_mentioning
 import pytest
 
 from rip_control.emulator_process import child_env
 
 ANNOUNCED = "fine-tune 'sig"
-
-
-def _processes_mentioning(text: str) -> list[str]:
-    found = []
-    for proc_dir in Path('/proc').iterdir():
-        try:
-            cmdline = (proc_dir / 'cmdline').read_bytes().replace(b'\0', b' ').decode()
-        except (OSError, ValueError):
-            continue
-        if text in cmdline:
-            found.append(proc_dir.name)
-    return found
 
 
 class Runner:
@@ -83,7 +72,7 @@ def _no_runner_left_behind():
 
 def _no_process_left(tmp_path: Path, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while _processes_mentioning(str(tmp_path)):
+    while processes_mentioning(str(tmp_path)):
         assert time.monotonic() < deadline, 'a child outlived the runner'
         time.sleep(0.1)
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 
+from procs import processes_mentioning
 import pytest
 
 from rip_control.emulator_process import child_env
@@ -208,19 +209,6 @@ def _assert_clean(stopped: list[Stopped], code: int, announcement: str) -> None:
         assert 'Traceback' not in s.out, (i, s.sig, s.out[-3000:])
 
 
-def _processes_mentioning(text: str) -> list[str]:
-    found = []
-    for entry in Path('/proc').iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / 'cmdline').read_bytes().replace(b'\0', b' ').decode()
-            except OSError:
-                continue  # ended meanwhile
-            if text in cmdline:
-                found.append(f'{entry.name}: {cmdline}')
-    return found
-
-
 def test_the_emulator_stops_with_the_device_gone_whenever_a_signal_comes(tmp_path):
     links = [tmp_path / f'rig{i}' for i in range(ROUNDS)]
     stopped = _signal_each_at_its_first_line(
@@ -347,7 +335,7 @@ def test_the_evaluation_exits_130_with_nothing_left_running_whenever_a_signal_co
     for link in links:
         assert not link.exists() and not link.is_symlink(), link
     # Its children (emulator, control node) were stopped by it, not orphaned.
-    assert _processes_mentioning(str(tmp_path)) == []
+    assert processes_mentioning(str(tmp_path)) == []
 
 
 @pytest.mark.ros

@@ -13,6 +13,7 @@ a full ROS 2 install.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
@@ -32,11 +33,18 @@ OPTIONS = (
 )
 
 
-def record(opts: dict[str, Any], stop: StopSignals, log: Any = print) -> int:
+def record(
+    opts: dict[str, Any], stop: StopSignals, log: Any = print, ros_teardown: bool = True
+) -> int:
     """Record until ``stop`` is requested (or the limits); return the messages written.
 
     ``stop`` is installed by the caller before anything else: a signal at any moment from
     then on ends the loop (or skips it), and the bag is closed whatever the moment.
+
+    :param ros_teardown: destroy the executor and node and shut rclpy down after the bag is
+        closed. The command line skips it and ends the process instead: twice in full test
+        runs a recorder stopped a moment after it started died in that teardown (SIGSEGV,
+        inside rclpy/DDS), after its bag was closed; nothing of the recorder needs it.
     """
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
@@ -83,12 +91,13 @@ def record(opts: dict[str, Any], stop: StopSignals, log: Any = print) -> int:
                 last_note = now
     finally:
         writer.close()
-        if executor is not None:
-            executor.shutdown()
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-    log(f'closed {opts["out"]}: {writer.count} transitions')
+        log(f'closed {opts["out"]}: {writer.count} transitions')
+        if ros_teardown:
+            if executor is not None:
+                executor.shutdown()
+            if node is not None:
+                node.destroy_node()
+            rclpy.try_shutdown()
     return writer.count
 
 
@@ -101,11 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         opts = parse_options(argv, OPTIONS)
         ensure_loopback_dds()
-        record(opts, stop, log=lambda line: print(line, flush=True))
+        record(opts, stop, log=lambda line: print(line, flush=True), ros_teardown=False)
     except (ValueError, FileExistsError) as exc:
         print(f'record: {exc}', file=sys.stderr)
         return 2
-    return 0
+    # The bag is closed and said so: end here, without rclpy's teardown (see record()).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == '__main__':

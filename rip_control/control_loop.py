@@ -14,11 +14,12 @@ the motor.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 import logging
 import math
-import threading
 import time
+from typing import Protocol
 
 import numpy as np
 
@@ -30,13 +31,21 @@ from rip_control.protocol import ErrorCode
 from rip_control.rig_client import RigDisconnected, RigError, RigProtocolError
 from rip_control.telemetry import RunningStats
 from rip_control.transitions import Transition
-from rip_control.watchdog import HungLoopWatchdog, OverrunWatchdog, TimingViolation
+from rip_control.watchdog import OverrunWatchdog, TimingViolation
 
 _log = logging.getLogger(__name__)
 
 
 class ControlLoopHung(RuntimeError):
-    """The hung-loop watchdog disengaged the motor because the loop stopped ticking."""
+    """The loop stopped ticking (the node's hung-loop watchdog saw no heartbeat)."""
+
+
+class StopFlag(Protocol):
+    """What the loop polls once per tick to know it must stop (``threading.Event`` fits)."""
+
+    def is_set(self) -> bool:
+        """Whether to stop now."""
+        ...
 
 
 class SerialFailure(RuntimeError):
@@ -172,22 +181,14 @@ class ControlLoop:
         self.status = LoopStatus()
         self.motor_confirmed_off = False  # the rig answered the loop's last disengage
         self._rng = np.random.default_rng(config.seed)
-        self._hung_tripped = False
 
-    def _on_hung(self, silence_s: float) -> None:
-        # Watchdog thread: disengage now; the control thread, if it ever returns, stops too.
-        self._hung_tripped = True
-        _log.error('control loop silent for %.0f ms: disengaging the motor', silence_s * 1e3)
-        try:
-            self.env.disengage_safely()
-        except RigError as exc:
-            _log.error('disengage after hang failed (%s); the firmware deadman remains', exc)
-
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: StopFlag, after_tick: Callable[[], None] | None = None) -> None:
         """Run until ``stop`` is set or ``episodes`` are done; raise on any fault.
 
+        :param stop: polled once per tick, before the wait.
+        :param after_tick: called once per tick after its work, before the wait (the RT
+            process publishes its status and heartbeat there).
         :raises TimingViolation: the 3-strike rule tripped.
-        :raises ControlLoopHung: the hung-loop watchdog fired.
         :raises SerialFailure: consecutive serial errors beyond the limit.
         :raises RigDisconnected: the serial device vanished.
         """
@@ -195,8 +196,6 @@ class ControlLoop:
         period = env.config.period_s
         pacer = Pacer(period, spin_s=cfg.spin_s)
         overrun_dog = OverrunWatchdog(cfg.timing_violation_threshold_s, cfg.max_strikes)
-        hung_dog = HungLoopWatchdog(cfg.hung_timeout_s, self._on_hung)
-        self._hung_tripped = False
         holdback = self.transitions.holdback
         clean_streak = 0
         episode = _Episode()
@@ -210,18 +209,16 @@ class ControlLoop:
         try:
             env.begin_reset()
             st.phase = 'reset'
-            hung_dog.start()
             last_release = pacer.start()
-            while not stop.is_set():
+            while True:
                 work_end = time.monotonic()
+                if after_tick is not None:
+                    after_tick()
+                if stop.is_set():
+                    break
                 timing = pacer.wait()
                 prev_work = work_end - last_release
                 last_release = timing.tick_time_s + timing.overrun_s
-                hung_dog.kick_from_rt()
-                if self._hung_tripped:
-                    raise ControlLoopHung(
-                        f'control loop stalled longer than {cfg.hung_timeout_s * 1e3:.0f} ms'
-                    )
                 st.ticks += 1
                 st.tick_mark = (st.ticks, timing.tick_time_s)
                 if cfg.fault_tick_delay_s and st.ticks > cfg.fault_after_ticks:
@@ -322,12 +319,11 @@ class ControlLoop:
             # Any other way out is a fault. What is still held back is released if the tick
             # timing since the last strike confirms it (as the next tick would have), else
             # withdrawn and counted; never left behind uncounted.
-            if clean_streak >= holdback and not self._hung_tripped:
+            if clean_streak >= holdback:
                 self.transitions.flush_held_from_rt()
             else:
                 self.transitions.discard_held_from_rt()
             st.phase = 'stopped'
-            hung_dog.stop()
             try:
                 env.disengage_safely()
                 self.motor_confirmed_off = True

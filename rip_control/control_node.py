@@ -1,28 +1,36 @@
-"""The ``rip_control`` lifecycle node: a dedicated, paced control thread inside ROS 2.
+"""The ``rip_control`` lifecycle node: ROS on one side, a real-time control process on the other.
 
 ``ros2 run rip_control control_node`` (or ``python -m rip_control.control_node``).
 
+The control loop does not run in this process. At configure the node starts a real-time
+process of its own (:mod:`rip_control.rt.process`: one Python thread, SCHED_FIFO, pinned,
+memory locked, no rclpy) that opens the rig and runs pacing, serial I/O, the policy, the
+3-strike rule, episodes and resets. The two share memory only
+(:mod:`rip_control.rt.link`), through channels that never block the real-time side.
+
 Threads of this process:
 
-* the **control thread** (:class:`~rip_control.control_loop.ControlLoop`): SCHED_FIFO and
-  pinned where the OS allows; never touches rclpy;
-* the **hung-loop watchdog** thread, started by the loop;
-* the **publisher thread**: drains the loop's outboxes and publishes transitions, per-tick
-  samples and episode summaries, and appends ``timing.csv`` rows;
+* the **pump thread**: the only reader of the real-time process's rings; publishes
+  transitions, per-tick samples and episode summaries, appends ``timing.csv`` rows, bumps
+  the node's heartbeat, and watches the process: its heartbeat (the hung-loop watchdog)
+  and its exit;
 * the **executor threads**: lifecycle services, diagnostics, the fault guard, and the
-  ``policy_weights`` subscription in a callback group of its own.
+  ``policy_weights`` subscription (decoded and validated here, then handed over as the
+  latest value).
 
-Lifecycle: configure opens the rig and loads the initial policy; activate starts the control
-thread (which engages); deactivate stops it and disengages; cleanup closes the rig; shutdown
-and error processing disengage from any state. A fault inside the control thread
-(TimingViolation, hung loop, serial failure) disengages at once and then takes the node to
-inactive through the executor, from where an operator may activate again.
+Lifecycle: configure starts the real-time process (which opens the rig, disengaged) with the
+initial policy; activate tells it to run episodes (it engages); deactivate tells it to stop
+(it disengages and confirms); cleanup ends it. A fault inside the loop (TimingViolation,
+serial failure, a vanished rig) disengages there and takes the node to inactive, from where
+an operator may activate again. If the real-time process dies or hangs, the node kills
+what is left of it, opens the serial port itself, disengages, and goes through error
+processing (to unconfigured) naming the cause. If the node dies or freezes, the real-time
+process disengages and exits. The firmware deadman stays the last line.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-import gc
 import math
 import os
 from pathlib import Path
@@ -50,28 +58,23 @@ from std_msgs.msg import (
     UInt8MultiArray,
 )
 
-from rip_control.control_loop import (
-    ControlLoop,
-    EpisodeSummary,
-    LoopConfig,
-    TickSample,
-)
-from rip_control.env import ACTION_SIZE, OBS_SIZE, RealRotaryInvertedPendulumEnv, TaskConfig
+from rip_control.control_loop import EpisodeSummary, LoopConfig
+from rip_control.env import ACTION_SIZE, OBS_SIZE, TaskConfig
 from rip_control.node_params import declare, spin_until_shutdown
-from rip_control.outbox import Outbox
 from rip_control.params import CONTROL_PARAMETERS
 from rip_control.policy import (
     NumpyActor,
     PolicyRejected,
-    PolicySnapshot,
     decode_actor,
     load_actor_file,
     random_actor,
 )
-from rip_control.realtime import is_fifo, lock_memory, pin_to_cpu, set_fifo
+from rip_control.realtime import is_fifo, set_fifo
 from rip_control.rig_client import LowLevelClient, RigError
+from rip_control.rt.handle import RtProcess, RtStartFailed, describe_exit
+from rip_control.rt.link import RtStatus
 from rip_control.telemetry import EpisodeTiming, TimingCsv
-from rip_control.transitions import Transition, field_layout
+from rip_control.transitions import field_layout
 
 TRANSITIONS_QOS = QoSProfile(
     depth=1000,
@@ -120,9 +123,16 @@ class NodeSettings:
     tick_topic_max_hz: float
     tick_trace: str
     gc_off: bool
+    node_timeout_s: float
 
 
 PARAMETERS = CONTROL_PARAMETERS
+PUMP_PERIOD_S = 0.002
+STOP_REPLY_TIMEOUT_S = 2.0
+
+
+class RtProcessLost(RuntimeError):
+    """The real-time process died or hung; the node disengaged the motor itself."""
 
 
 class ControlNode(LifecycleNode):
@@ -132,23 +142,23 @@ class ControlNode(LifecycleNode):
         super().__init__(node_name, **kwargs)
         declare(self, PARAMETERS)
         self._settings: NodeSettings | None = None
-        self._client: LowLevelClient | None = None
+        self._rt: RtProcess | None = None
         # The rig confirmed the motor off and nothing engaged it since (configure or a
         # confirmed disengage sets it; activate clears it).
         self._motor_confirmed_off = True
-        self._snapshot: PolicySnapshot | None = None
-        self._loop: ControlLoop | None = None
-        self._control_thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self._fault: BaseException | None = None
         self._fault_count = 0
-        self._publisher_thread: threading.Thread | None = None
-        self._publisher_stop = threading.Event()
+        self._rt_lost: str = ''  # why the real-time process is gone (set once)
+        self._rt_lost_handled = threading.Event()  # ... and the node's own disengage is done
+        self._pump_thread: threading.Thread | None = None
+        self._pump_stop = threading.Event()
+        self._stop_replies = 0  # 'stopped' events received (pump thread writes)
+        self._stop_reply = threading.Condition()
+        self._last_stop: dict[str, Any] = {}
+        self._exit_event: dict[str, Any] = {}
         self._csv: TimingCsv | None = None
-        self._transitions_out: Outbox[Transition] = Outbox(1)
-        self._ticks_out: Outbox[TickSample] = Outbox(1)
-        self._episodes_out: Outbox[EpisodeSummary] = Outbox(1)
         self._entities: list[Any] = []
+        self._publish_enabled = True
         self._weights_rejected = 0
         self._weights_accepted = 0
         self._last_reject_reason = ''
@@ -158,8 +168,8 @@ class ControlNode(LifecycleNode):
         self._episodes_done = 0
         self._last_episode: EpisodeSummary | None = None
         self._rt_notes: list[str] = []
-        self._mem_note = 'memory not locked'
         self._control_fifo = False
+        self._activation_base = 0  # the RT status's activation count when we last activated
         self._diag_prev: tuple[float, int] = (time.monotonic(), 0)
         self._rate_warn_armed = False
         self._trace: list[tuple[float, float, float]] = []
@@ -213,15 +223,17 @@ class ControlNode(LifecycleNode):
             tick_topic_max_hz=p('tick_topic_max_hz').value,
             tick_trace=p('tick_trace').value,
             gc_off=p('gc_off').value,
+            node_timeout_s=p('node_timeout_ms').value / 1e3,
         )
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Read parameters, open the rig, load the initial policy.
+        """Read parameters, start the real-time process (it opens the rig), hand it the policy.
 
-        SUCCESS: inactive, rig open, motor disengaged. FAILURE (bad parameter, no rig, bad
-        policy): back to unconfigured with the reason logged; nothing left open.
+        SUCCESS: inactive, rig open in the real-time process, motor disengaged. FAILURE (bad
+        parameter, no rig, bad policy): back to unconfigured with the reason logged; no
+        process left running.
         """
         try:
             s = self._read_settings()
@@ -229,27 +241,46 @@ class ControlNode(LifecycleNode):
         except (ValueError, PolicyRejected) as exc:
             self.get_logger().error(f'configure failed: {exc}')
             return TransitionCallbackReturn.FAILURE
-        client = LowLevelClient(s.serial_port, timeout_s=s.serial_timeout_s)
+        rt = RtProcess(
+            task=s.task,
+            loop=s.loop,
+            serial_port=s.serial_port,
+            serial_timeout_s=s.serial_timeout_s,
+            actor=actor,
+            transition_floats=sum(n for _, n in field_layout(OBS_SIZE, ACTION_SIZE)),
+            cpu=s.control_cpu,
+            fifo_priority=s.fifo_priority,
+            switch_interval_s=s.switch_interval_s,
+            gc_off=s.gc_off,
+            node_timeout_s=s.node_timeout_s,
+        )
         try:
-            info = client.open()
-            client.disengage_motor()
-        except RigError as exc:
-            client.close()
-            self.get_logger().error(f'configure failed: {type(exc).__name__}: {exc}')
+            ready = rt.start()
+        except RtStartFailed as exc:
+            rt.stop_process()
+            rt.close()
+            self.get_logger().error(f'configure failed: {exc}')
             return TransitionCallbackReturn.FAILURE
-        self._settings, self._client = s, client
-        self._snapshot = PolicySnapshot(actor)
+        self._settings, self._rt = s, rt
+        self._rt_lost = ''
+        self._rt_lost_handled.clear()
+        self._exit_event = {}
+        self._fault = None
+        self._motor_confirmed_off = True
+        self._rt_notes = list(ready.get('realtime', []))
+        self._control_fifo = bool(ready.get('fifo'))
+        for note in self._rt_notes:
+            if 'refused' in note or 'unavailable' in note:
+                self.get_logger().warning(f'real-time process: {note}; carrying on without it')
+        self.get_logger().info('real-time process: ' + ', '.join(self._rt_notes))
         self._csv = TimingCsv(s.run_dir / 'timing.csv')
         self._create_entities()
-        # Lock the process's memory here, at normal priority, not in the control thread:
-        # faulting in a few hundred MB takes ~0.4 s, which at SCHED_FIFO on the control CPU
-        # starved everything else there (measured with 3 rigs: emulators timed out).
-        # MCL_FUTURE covers what is allocated later.
-        self._mem_note = lock_memory() or 'memory locked'
+        self._start_pump()
         self.get_logger().info(
             f'configured: {s.task.rate_hz:g} Hz on {s.serial_port} (protocol '
-            f'v{info.protocol_version}, deadman {info.deadman_timeout_ms} ms), policy version '
-            f'{actor.version} {actor.meta.hidden_sizes}, run dir {s.run_dir}'
+            f'v{ready["protocol_version"]}, deadman {ready["deadman_ms"]} ms), policy version '
+            f'{actor.version} {actor.meta.hidden_sizes}, run dir {s.run_dir}, control loop in '
+            f'process {rt.pid}'
         )
         return TransitionCallbackReturn.SUCCESS
 
@@ -302,54 +333,53 @@ class ControlNode(LifecycleNode):
         self._entities = []
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Start the control thread; it engages the motor and runs episodes.
+        """Tell the real-time process to run episodes; it engages the motor.
 
-        SUCCESS: active. FAILURE: stays inactive, motor disengaged.
+        SUCCESS: active. FAILURE (the process is gone): stays inactive, motor disengaged.
         """
-        s, client, snapshot = self._settings, self._client, self._snapshot
-        assert s is not None and client is not None and snapshot is not None
-        holdback = s.loop.max_strikes - 1
-        self._transitions_out = Outbox(
-            capacity=10 * round(s.task.rate_hz) + 100, holdback=holdback
-        )
-        self._ticks_out = Outbox(capacity=4 * round(s.task.rate_hz) + 100)
-        self._episodes_out = Outbox(capacity=1000)
-        env = RealRotaryInvertedPendulumEnv(client, s.task)
-        self._loop = ControlLoop(
-            env,
-            s.loop,
-            snapshot,
-            self._transitions_out,
-            self._ticks_out,
-            self._episodes_out,
-            first_episode=self._episodes_done,
-        )
+        s, rt = self._settings, self._rt
+        assert s is not None and rt is not None
+        if self._rt_lost or rt.poll() is not None:
+            self.get_logger().error(f'activate refused: {self._rt_lost or "no real-time process"}')
+            return TransitionCallbackReturn.FAILURE
         self._fault = None
-        self._stop.clear()
         self._motor_confirmed_off = False
         self._trace = []
+        self._activation_base = rt.status_from_pump().activation
         # The tick rate in the diagnostics counts from here; the first report after an
-        # activation also spans the control thread's start-up, so it never warns.
+        # activation also spans the start-up, so it never warns.
         self._diag_prev = (time.monotonic(), 0)
         self._rate_warn_armed = False
-        self._start_publisher_thread()
-        self._control_thread = threading.Thread(
-            target=self._control_main, name='rip-control-loop', daemon=True
+        if not rt.command('activate', first_episode=self._episodes_done):
+            self._motor_confirmed_off = True
+            self.get_logger().error('activate refused: the command ring is full')
+            return TransitionCallbackReturn.FAILURE
+        self.get_logger().info(
+            f'activated: control loop running at {s.task.rate_hz:g} Hz in process {rt.pid}'
         )
-        self._control_thread.start()
-        self.get_logger().info(f'activated: control thread running at {s.task.rate_hz:g} Hz')
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Stop the control thread and disengage the motor. Always SUCCESS (inactive)."""
+        """Stop the loop and disengage.
+
+        SUCCESS: inactive. ERROR if the real-time process is lost (error processing then
+        releases everything: unconfigured).
+        """
         self._stop_control()
+        self._write_trace()
+        if self._rt_lost:
+            return TransitionCallbackReturn.ERROR
         self.get_logger().info('deactivated: motor disengaged')
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Close the rig and release everything configure made. SUCCESS: unconfigured."""
+        """End the real-time process and release everything configure made.
+
+        SUCCESS: unconfigured; ERROR when it is done because the process was lost.
+        """
+        lost = self._rt_lost
         self._release()
-        return TransitionCallbackReturn.SUCCESS
+        return TransitionCallbackReturn.ERROR if lost else TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Disengage from whatever state, then release. SUCCESS: finalized."""
@@ -359,102 +389,131 @@ class ControlNode(LifecycleNode):
 
     def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Disengage and release; SUCCESS leads to unconfigured (configure again to retry)."""
-        self.get_logger().error('error processing: disengaging and releasing the rig')
+        cause = f' ({self._rt_lost})' if self._rt_lost else ''
+        self.get_logger().error(f'error processing{cause}: disengaging and releasing the rig')
         self._stop_control()
         self._release()
         return TransitionCallbackReturn.SUCCESS
 
-    # -- control thread --------------------------------------------------------------------
-
-    def _control_main(self) -> None:
-        s, loop = self._settings, self._loop
-        assert s is not None and loop is not None
-        self._rt_notes = self._tune_control_thread(s)
-        self._control_fifo = is_fifo()
-        try:
-            loop.run(self._stop)
-        except BaseException as exc:  # noqa: BLE001 - every fault must reach the executor
-            self._fault = exc
-            self._fault_count += 1
-            self._fault_guard.trigger()
-        finally:
-            gc.enable()
-
-    def _tune_control_thread(self, s: NodeSettings) -> list[str]:
-        notes = []
-        sys.setswitchinterval(s.switch_interval_s)
-        err = pin_to_cpu(s.control_cpu)
-        notes.append(err or f'pinned to cpu {s.control_cpu}')
-        if s.fifo_priority > 0:
-            err = set_fifo(s.fifo_priority)
-            notes.append(err or f'SCHED_FIFO {s.fifo_priority}')
-        notes.append(self._mem_note)  # locked at configure
-        # Collect now, then keep the collector from pausing a tick: what exists is frozen
-        # out of the young generations and automatic collection is off while active.
-        if s.gc_off:
-            gc.collect()
-            gc.freeze()
-            gc.disable()
-            notes.append('gc frozen and off')
-        for note in notes:
-            if 'refused' in note or 'unavailable' in note:
-                self.get_logger().warning(f'control thread: {note}; carrying on without it')
-        self.get_logger().info('control thread: ' + ', '.join(notes))
-        return notes
+    # -- the real-time process -------------------------------------------------------------
 
     def _stop_control(self, publish: bool = True) -> bool:
-        """Stop the control thread and disengage; whether the rig confirmed the motor off.
+        """Stop the loop and disengage; whether the motor is confirmed off.
 
-        True also when no rig is open (nothing can be engaged through this node then).
+        True also when no rig is open. The real-time process answers a ``stop`` with the
+        rig's confirmation; if it is gone or does not answer, the node disengages itself.
         """
-        self._stop.set()
-        thread = self._control_thread
-        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
-            thread.join(timeout=2.0)
-        self._control_thread = None
-        if self._loop is not None and self._loop.motor_confirmed_off:
-            self._motor_confirmed_off = True  # the control thread's own last disengage
-        confirmed = True
-        if self._client is not None and self._client.is_open:
-            try:
-                self._client.disengage_motor()
-                self._motor_confirmed_off = True
-            except RigError as exc:
-                if self._motor_confirmed_off:
+        rt = self._rt
+        if not publish:
+            self._publish_enabled = False
+        if rt is None:
+            return True
+        if not self._rt_lost and rt.poll() is None:
+            with self._stop_reply:
+                seen = self._stop_replies
+                rt.command('stop')
+                answered = self._stop_reply.wait_for(
+                    lambda: self._stop_replies > seen or bool(self._rt_lost),
+                    STOP_REPLY_TIMEOUT_S,
+                )
+            if answered and not self._rt_lost:
+                reply = self._last_stop
+                if reply.get('confirmed'):
+                    self._motor_confirmed_off = True
+                elif self._motor_confirmed_off:
                     # Inactive, and the rig confirmed the motor off when it got there: a rig
                     # that is gone by now (e.g. powered down first) leaves nothing engaged.
                     self.get_logger().warning(
-                        f'repeat disengage not answered ({exc}); the motor was already '
-                        'confirmed off'
+                        f'repeat disengage not answered ({reply.get("detail")}); the motor '
+                        'was already confirmed off'
                     )
                 else:
-                    confirmed = False
-                    self.get_logger().error(f'disengage failed ({exc}); firmware deadman will act')
-        self._stop_publisher_thread(publish)
-        return confirmed
+                    self.get_logger().error(
+                        f'disengage failed ({reply.get("detail")}); firmware deadman will act'
+                    )
+                return self._motor_confirmed_off
+            if not answered and not self._rt_lost:
+                self._lose_rt(
+                    f'the real-time process did not answer a stop within '
+                    f'{STOP_REPLY_TIMEOUT_S:g} s'
+                )
+        elif not self._rt_lost:
+            self._lose_rt(f'the real-time process {describe_exit(rt.poll())}')
+        # Lost: whoever noticed first is disengaging from here; its answer is the answer.
+        self._rt_lost_handled.wait(STOP_REPLY_TIMEOUT_S + 2 * s_timeout(self._settings))
+        return self._motor_confirmed_off
+
+    def _lose_rt(self, why: str) -> None:
+        """The real-time process is gone or hung: kill what is left, disengage from here.
+
+        Called once (the first caller wins); from the pump thread or a stopping executor.
+        """
+        with self._stop_reply:
+            if self._rt_lost:
+                return
+            self._rt_lost = why
+            self._stop_reply.notify_all()
+        rt, s = self._rt, self._settings
+        assert rt is not None and s is not None
+        code = rt.poll()
+        rt.kill()
+        if code is None:
+            code = rt.poll()
+        exit_ev = self._exit_event
+        if exit_ev.get('confirmed'):
+            self._motor_confirmed_off = True  # it disengaged itself before it went
+        self.get_logger().error(f'real-time process lost: {why} ({describe_exit(code)})')
+        client = LowLevelClient(s.serial_port, timeout_s=s.serial_timeout_s)
+        try:
+            client.open()
+            client.disengage_motor()
+            self._motor_confirmed_off = True
+            self.get_logger().error('motor disengaged by the node itself')
+        except RigError as exc:
+            log = self.get_logger()
+            say = log.warning if self._motor_confirmed_off else log.error
+            say(f'disengage failed ({type(exc).__name__}: {exc}); the firmware deadman will act')
+        finally:
+            client.close()
+            self._rt_lost_handled.set()
+        self._fault = RtProcessLost(why)
+        self._fault_count += 1
+        self._fault_guard.trigger()
 
     def _release(self) -> None:
+        rt = self._rt
+        if rt is not None:
+            if not self._rt_lost:
+                code = rt.stop_process()
+                if code not in (0, None):
+                    self.get_logger().warning(
+                        f'real-time process {describe_exit(code)} at cleanup'
+                    )
+        self._stop_pump()
         self._destroy_entities()
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        if rt is not None:
+            rt.kill()
+            rt.close()
+            self._rt = None
         if self._csv is not None:
             self._csv.close()
             self._csv = None
-        self._loop = None
 
     def _on_control_fault(self) -> None:
-        """Executor side of a control-thread fault: leave active (motor already off)."""
+        """Executor side of a fault: leave active (motor already off), or error out if lost."""
         exc = self._fault
         if exc is None:
             return
-        self.get_logger().error(f'control loop stopped: {type(exc).__name__}: {exc}')
-        if self._state_machine.current_state[1] == 'active':
+        state = self._state_machine.current_state[1]
+        self.get_logger().error(f'control loop stopped: {fault_name(exc)}: {exc}')
+        if state == 'active':
             self.trigger_deactivate()
+        elif state == 'inactive' and self._rt_lost:
+            self.trigger_cleanup()
 
     @property
     def last_fault(self) -> BaseException | None:
-        """The exception that ended the control thread last, if any."""
+        """What ended the control loop last, if anything."""
         return self._fault
 
     def emergency_stop(self) -> bool:
@@ -464,31 +523,130 @@ class ControlNode(LifecycleNode):
         """
         return self._stop_control(publish=False)
 
-    # -- publisher thread ------------------------------------------------------------------
+    # -- the pump thread -------------------------------------------------------------------
 
-    def _start_publisher_thread(self) -> None:
-        self._publisher_stop.clear()
-        self._publisher_thread = threading.Thread(
-            target=self._publisher_main, name='rip-control-publisher', daemon=True
+    def _start_pump(self) -> None:
+        self._pump_stop.clear()
+        self._publish_enabled = True
+        self._pump_thread = threading.Thread(
+            target=self._pump_main, name='rip-control-pump', daemon=True
         )
-        self._publisher_thread.start()
+        self._pump_thread.start()
 
-    def _stop_publisher_thread(self, publish: bool = True) -> None:
-        self._publisher_stop.set()
-        thread = self._publisher_thread
+    def _stop_pump(self) -> None:
+        self._pump_stop.set()
+        thread = self._pump_thread
         if thread is not None and thread.is_alive() and thread is not threading.current_thread():
-            thread.join(timeout=2.0)
-        self._publisher_thread = None
-        # Whatever the loop produced before it stopped: files always, topics while ROS lives.
-        self._drain_outboxes(publish=publish and self.context.ok())
+            thread.join(timeout=5.0)
+        self._pump_thread = None
+        if self._rt is not None and self._rt.ch is not None:
+            # Whatever the loop produced before it stopped: files always, topics while ROS lives.
+            self._drain(publish=self._publish_enabled and self.context.ok())
         self._write_trace()
 
+    def _pump_main(self) -> None:
+        rt = self._rt
+        assert rt is not None
+        while not self._pump_stop.wait(PUMP_PERIOD_S):
+            rt.beat()
+            try:
+                self._drain(publish=self._publish_enabled)
+            except Exception as exc:  # noqa: BLE001 - never let the watch on the loop die
+                if not self.context.ok():
+                    self._publish_enabled = False  # a signal shut ROS down under a publish
+                else:
+                    self.get_logger().error(f'pump: {type(exc).__name__}: {exc}')
+            if not self._rt_lost:
+                self._watch(rt)
+
+    def _watch(self, rt: RtProcess) -> None:
+        """The hung-loop watchdog and the death check, on the process's own clock stamps."""
+        s = self._settings
+        assert s is not None
+        code = rt.poll()
+        if code is not None:
+            self._drain(publish=self._publish_enabled)  # its last words
+            self._lose_rt(f'the real-time process {describe_exit(code)}')
+            return
+        st = rt.status
+        silence = time.monotonic() - st.written_at_s
+        if st.written_at_s and silence > s.loop.hung_timeout_s + s.task.period_s:
+            self._lose_rt(
+                f'the real-time process fell silent for {silence * 1e3:.0f} ms '
+                f'(hung-loop watchdog, {s.loop.hung_timeout_s * 1e3:.0f} ms)'
+            )
+
+    def _drain(self, publish: bool = True) -> None:
+        """Empty the rings: publish (or count as unsent), trace, write timing rows, events."""
+        s, rt = self._settings, self._rt
+        if s is None or rt is None or rt.ch is None or not self._entities:
+            return
+        for raw in rt.transitions_from_pump():
+            if not publish:
+                self._transitions_unsent += 1
+                continue
+            msg = Float32MultiArray()
+            msg.layout.dim = self._layout_dims
+            msg.data = np.frombuffer(raw, np.float32).tolist()
+            if self._transitions_pub.get_subscription_count() == 0:
+                # No learner (or recorder) matched: this one reaches nobody. DDS notices a
+                # killed subscriber only when its lease runs out, so this lags such a death.
+                self._transitions_unmatched += 1
+            self._transitions_pub.publish(msg)
+            self._transitions_published += 1
+        min_gap = 1.0 / s.tick_topic_max_hz if s.tick_topic_max_hz > 0 else math.inf
+        now = time.monotonic()
+        for dt_s, overrun_s, prev_work_s, _strike in rt.ticks_from_pump():
+            if s.tick_trace:
+                self._trace.append((dt_s, overrun_s, prev_work_s))
+            if publish and now - self._last_tick_pub >= min_gap * 0.999:
+                self._last_tick_pub = now
+                msg64 = Float64MultiArray()
+                msg64.layout.dim = self._tick_dims
+                msg64.data = [dt_s * 1e3, overrun_s * 1e3]
+                self._tick_pub.publish(msg64)
+        rt.status_from_pump()
+        for ev in rt.events_from_pump():
+            self._on_event(ev, publish)
+
+    def _on_event(self, ev: dict[str, Any], publish: bool) -> None:
+        kind = ev.get('event')
+        log = self.get_logger()
+        if kind == 'episode':
+            fields = {k: v for k, v in ev.items() if k != 'event'}
+            self._on_episode(EpisodeSummary(**fields), publish=publish)
+        elif kind == 'stopped':
+            fault = ev.get('fault')
+            if fault:
+                self._fault = _LoopFault(fault['type'], fault['message'])
+                self._fault_count += 1
+                self._fault_guard.trigger()
+            with self._stop_reply:
+                self._last_stop = ev
+                if ev.get('confirmed'):
+                    self._motor_confirmed_off = True
+                self._stop_replies += 1
+                self._stop_reply.notify_all()
+        elif kind == 'exit':
+            self._exit_event = ev
+            if ev.get('confirmed'):
+                self._motor_confirmed_off = True
+        elif kind == 'log':
+            level = ev.get('level', 'info')
+            text = f'[rt] {ev.get("text", "")}'
+            if level in ('error', 'critical'):
+                log.error(text)
+            elif level == 'warning':
+                log.warning(text, throttle_duration_sec=1.0)
+            else:
+                log.info(text)
+
     def _write_trace(self) -> None:
-        s, loop = self._settings, self._loop
-        if s is None or loop is None or not s.tick_trace or not self._trace:
+        s, rt = self._settings, self._rt
+        if s is None or not s.tick_trace or not self._trace:
             return
         trace = np.asarray(self._trace, dtype=np.float64)
-        st = loop.status
+        st = rt.status if rt is not None else RtStatus()
         arrays = {
             'dt_s': trace[:, 0],
             'overrun_s': trace[:, 1],
@@ -496,8 +654,9 @@ class ControlNode(LifecycleNode):
             'rate_hz': np.float64(s.task.rate_hz),
             'violations': np.int64(st.violations),
             'missed_ticks': np.int64(st.missed_ticks),
-            'ticks_dropped': np.int64(self._ticks_out.n_dropped_full),
+            'ticks_dropped': np.int64(st.ticks_dropped),
             'fifo': np.bool_(self._control_fifo),
+            'swap_max_s': np.float64(st.swap_max_s),
         }
         path = Path(s.tick_trace)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -510,51 +669,10 @@ class ControlNode(LifecycleNode):
         self.get_logger().info(f'tick trace of {len(trace)} ticks written to {path}')
         self._trace = []
 
-    def _publisher_main(self) -> None:
-        while not self._publisher_stop.wait(0.002):
-            try:
-                self._drain_outboxes()
-            except Exception:
-                if self.context.ok():
-                    raise
-                return  # a signal shut ROS down under a publish: the stop path drains the rest
-
-    def _drain_outboxes(self, publish: bool = True) -> None:
-        """Empty the loop's outboxes: publish (or count as unsent), trace, write timing rows."""
-        s = self._settings
-        if s is None or not self._entities:
-            return
-        while (t := self._transitions_out.pop_from_non_rt()) is not None:
-            if not publish:
-                self._transitions_unsent += 1
-                continue
-            msg = Float32MultiArray()
-            msg.layout.dim = self._layout_dims
-            msg.data = t.pack().tolist()
-            if self._transitions_pub.get_subscription_count() == 0:
-                # No learner (or recorder) matched: this one reaches nobody. DDS notices a
-                # killed subscriber only when its lease runs out, so this lags such a death.
-                self._transitions_unmatched += 1
-            self._transitions_pub.publish(msg)
-            self._transitions_published += 1
-        min_gap = 1.0 / s.tick_topic_max_hz if s.tick_topic_max_hz > 0 else math.inf
-        now = time.monotonic()
-        while (tick := self._ticks_out.pop_from_non_rt()) is not None:
-            if s.tick_trace:
-                self._trace.append((tick.dt_s, tick.overrun_s, tick.prev_work_s))
-            if publish and now - self._last_tick_pub >= min_gap * 0.999:
-                self._last_tick_pub = now
-                msg64 = Float64MultiArray()
-                msg64.layout.dim = self._tick_dims
-                msg64.data = [tick.dt_s * 1e3, tick.overrun_s * 1e3]
-                self._tick_pub.publish(msg64)
-        while (ep := self._episodes_out.pop_from_non_rt()) is not None:
-            self._on_episode(ep, publish=publish)
-
     def _on_episode(self, ep: EpisodeSummary, publish: bool = True) -> None:
         self._last_episode = ep
-        loop = self._loop
-        violations = loop.status.violations if loop is not None else 0
+        rt = self._rt
+        violations = rt.status.violations if rt is not None else 0
         calls, secs = self._learner_stats
         calls0, secs0 = self._learner_at_episode
         self._learner_at_episode = self._learner_stats
@@ -602,8 +720,8 @@ class ControlNode(LifecycleNode):
     # -- weights ---------------------------------------------------------------------------
 
     def _on_weights(self, msg: UInt8MultiArray) -> None:
-        s, snapshot = self._settings, self._snapshot
-        if s is None or snapshot is None:
+        s, rt = self._settings, self._rt
+        if s is None or rt is None or self._rt_lost:
             return
         try:
             actor = decode_actor(
@@ -611,9 +729,9 @@ class ControlNode(LifecycleNode):
                 rate_hz=s.task.rate_hz,
                 obs_size=OBS_SIZE,
                 action_size=ACTION_SIZE,
-                min_version=snapshot.version,
+                min_version=rt.weights_version,
             )
-            snapshot.write_from_non_rt(actor, time.monotonic())
+            rt.write_weights(actor)
             md = actor.metadata
             self._learner_stats = (
                 int(md.get('learner_train_calls', '0')),
@@ -635,34 +753,26 @@ class ControlNode(LifecycleNode):
         """Subscriptions (learners, recorders) this node's own publisher has matched."""
         return self._transitions_pub.get_subscription_count() if self._entities else 0
 
-    def _link_counters(self) -> dict[str, int]:
-        """The serial link's own counters (plain ints, safe to read from any thread)."""
-        client = self._client
-        if client is None:
-            return {}
-        return {
-            'serial_timeouts': client.stats.timeouts,
-            'serial_stale_replies': client.stats.stale_replies,
-            'serial_bad_frames': client.parser_errors,
-            'serial_bytes_skipped': client.bytes_skipped,
-        }
-
     def _publish_diagnostics(self) -> None:
         status = DiagnosticStatus(
             name=f'{self.get_fully_qualified_name().lstrip("/")}: control loop',
             hardware_id=f'rip_rig{self.get_namespace().rstrip("/")}',
         )
-        loop, s, snapshot = self._loop, self._settings, self._snapshot
+        rt, s = self._rt, self._settings
         state = self._state_machine.current_state[1]
         values: dict[str, Any] = {'lifecycle_state': state}
         level, message = DiagnosticStatus.OK, state
-        if s is not None and snapshot is not None:
+        if self._rt_lost:
+            level, message = DiagnosticStatus.ERROR, f'real-time process lost: {self._rt_lost}'
+        if s is not None and rt is not None:
+            st = rt.status
             values.update(
                 target_rate_hz=s.task.rate_hz,
-                policy_version=snapshot.version,
-                policy_age_s=(time.monotonic() - snapshot.swapped_at_s)
-                if snapshot.swapped_at_s
+                policy_version=st.policy_version,
+                policy_age_s=(time.monotonic() - st.policy_swapped_at_s)
+                if st.policy_swapped_at_s
                 else -1.0,
+                policy_swap_max_ms=st.swap_max_s * 1e3,
                 weights_accepted=self._weights_accepted,
                 weights_rejected=self._weights_rejected,
                 last_weights_rejection=self._last_reject_reason or 'none',
@@ -670,12 +780,14 @@ class ControlNode(LifecycleNode):
                 transitions_subscribers=self._transitions_subscribers(),
                 transitions_unmatched=self._transitions_unmatched,
                 transitions_unsent=self._transitions_unsent,
+                control_process=f'pid {rt.pid} ({describe_exit(rt.poll())})',
+                realtime=', '.join(self._rt_notes),
+                control_thread_fifo=self._control_fifo,
             )
-        if loop is not None and s is not None:
-            st = loop.status
+        if rt is not None and s is not None and st.activation > self._activation_base:
             now = time.monotonic()
             prev_t, prev_ticks = self._diag_prev
-            ticks, tick_s = st.tick_mark
+            ticks, tick_s = st.ticks, st.last_tick_s
             if prev_ticks and ticks > prev_ticks:
                 # Ticks over the span of their own deadlines: exact while none is missed. Over
                 # the report's wall-clock window, one tick more or less (2 % at 50 Hz) would
@@ -688,29 +800,32 @@ class ControlNode(LifecycleNode):
             self._diag_prev = (tick_s if ticks else now, ticks)
             values.update(
                 tick_rate_hz=rate,
-                dt_mean_ms=st.dt.mean * 1e3,
-                dt_std_ms=st.dt.std * 1e3,
+                dt_mean_ms=st.dt_mean_s * 1e3,
+                dt_std_ms=st.dt_std_s * 1e3,
                 max_overrun_ms=st.max_overrun_s * 1e3,
                 strikes=st.strikes_total,
                 violations=st.violations,
                 missed_ticks=st.missed_ticks,
                 serial_errors=st.serial_errors,
-                **self._link_counters(),
+                serial_timeouts=st.serial_timeouts,
+                serial_stale_replies=st.serial_stale_replies,
+                serial_bad_frames=st.serial_bad_frames,
+                serial_bytes_skipped=st.serial_bytes_skipped,
                 # Since the activation, each queued transition is published, withdrawn or
-                # dropped by a full outbox; one dropped late was never queued.
-                transitions_queued=self._transitions_out.n_pushed,
-                outbox_dropped=self._transitions_out.n_dropped_full,
-                transitions_withdrawn=self._transitions_out.n_discarded,
+                # dropped by a full ring; one dropped late was never queued.
+                transitions_queued=st.transitions_queued,
+                outbox_dropped=st.transitions_dropped_full,
+                transitions_withdrawn=st.transitions_withdrawn,
                 transitions_dropped_late=st.transitions_dropped_late,
                 episodes=st.episodes,
-                phase=st.phase,
-                realtime=', '.join(self._rt_notes),
-                control_thread_fifo=self._control_fifo,
+                phase=st.phase_name,
             )
-            if st.violations or self._fault is not None:
+            if self._rt_lost:
+                pass
+            elif st.violations or self._fault is not None:
                 level = DiagnosticStatus.ERROR
                 message = (
-                    f'stopped: {type(self._fault).__name__}: {self._fault}'
+                    f'stopped: {fault_name(self._fault)}: {self._fault}'
                     if self._fault
                     else 'violation'
                 )
@@ -722,8 +837,8 @@ class ControlNode(LifecycleNode):
                 level, message = DiagnosticStatus.WARN, f'tick rate {rate:.2f} Hz'
             elif (
                 st.serial_errors
-                or values.get('serial_bad_frames')
-                or values.get('serial_bytes_skipped')
+                or st.serial_bad_frames
+                or st.serial_bytes_skipped
                 or self._weights_rejected
             ):
                 level = DiagnosticStatus.WARN
@@ -737,6 +852,24 @@ class ControlNode(LifecycleNode):
         arr.header.stamp = self.get_clock().now().to_msg()
         arr.status = [status]
         self._diag_pub.publish(arr)
+
+
+def s_timeout(s: NodeSettings | None) -> float:
+    """The serial timeout of the settings (0 without settings)."""
+    return s.serial_timeout_s if s is not None else 0.0
+
+
+def fault_name(exc: BaseException) -> str:
+    """The name of a fault: the real-time process's exception type for one it reported."""
+    return getattr(exc, 'name', type(exc).__name__)
+
+
+class _LoopFault(RuntimeError):
+    """A fault the real-time process reported, under its own exception's name."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
 
 
 def _raise_existing_threads(priority: int) -> None:

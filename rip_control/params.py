@@ -222,7 +222,19 @@ CONTROL_PARAMETERS = (
     Param('timing_violation_threshold_ms', 5.0, 'overrun that counts as a strike', 0.1, 1000.0),
     Param('max_strikes', 3, 'consecutive strikes to trip', 1, 100),
     Param(
-        'hung_timeout_ms', 100.0, 'silence before the hung-loop watchdog disengages', 5.0, 10000.0
+        'hung_timeout_ms',
+        100.0,
+        'silence of the real-time process (beyond one period) before the node kills it and '
+        'disengages the motor itself',
+        5.0,
+        10000.0,
+    ),
+    Param(
+        'node_timeout_ms',
+        1000.0,
+        'silence of the node after which the real-time process disengages and exits',
+        50.0,
+        60000.0,
     ),
     Param('max_serial_errors', 3, 'consecutive failed ticks', 1, 100),
     Param('episode_seconds', 6.0, 'policy time per episode, s', 0.02, 3600.0),
@@ -235,20 +247,21 @@ CONTROL_PARAMETERS = (
     Param('stochastic_actions', True, 'sample actions (exploration)'),
     Param('run_name', 'default', 'outputs under runs/<run_name>'),
     Param('runs_dir', 'runs', 'parent directory of runs'),
-    Param('control_cpu', -1, 'CPU for the control thread (-1: the last one)', -1, 4095),
-    Param('fifo_priority', 80, 'SCHED_FIFO priority of the control thread (0: off)', 0, 99),
+    Param('control_cpu', -1, 'CPU of the real-time control process (-1: the last one)', -1, 4095),
+    Param(
+        'fifo_priority', 80, 'SCHED_FIFO priority of the real-time control process (0: off)', 0, 99
+    ),
     Param(
         'gil_holders_fifo_priority',
         0,
-        'SCHED_FIFO priority of the other threads (executor, publisher, DDS), so a load cannot '
-        'preempt a thread holding the GIL the control thread needs (0: off; measured worse on '
-        '2 cores, see README)',
+        "SCHED_FIFO priority of the node process's threads (executor, pump, DDS), which no "
+        'longer share a GIL with the loop (0: off)',
         0,
         98,
     ),
-    Param('switch_interval_us', 500, 'Python GIL switch interval', 50, 5000),
+    Param('switch_interval_us', 500, 'Python switch interval of the real-time process', 50, 5000),
     Param('tick_topic_max_hz', 100.0, 'rate cap of the per-tick topic', 0.0, 10000.0),
-    Param('gc_off', True, 'freeze and disable the garbage collector while active'),
+    Param('gc_off', True, 'freeze and disable the garbage collector of the real-time process'),
     Param('tick_trace', '', 'benchmarks: write every tick dt/overrun to this .npz on deactivate'),
     Param('seed', 0, 'exploration noise seed', 0, 2**31 - 1),
     Param(

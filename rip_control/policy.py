@@ -82,6 +82,35 @@ class NumpyActor:
         self._log_std = (tensors['log_std.weight'].T.copy(), tensors['log_std.bias'].copy())
         self.tensors = tensors
 
+    @classmethod
+    def from_prepared(
+        cls,
+        meta: PolicyMeta,
+        layers: list[tuple[np.ndarray, np.ndarray]],
+        mu: tuple[np.ndarray, np.ndarray],
+        log_std: tuple[np.ndarray, np.ndarray],
+    ) -> NumpyActor:
+        """An actor over arrays already in forward-pass layout (weights ``[in, out]``), not copied.
+
+        For the real-time process, which receives the arrays ready to use; the caller owns the
+        memory and must not change it while the actor is in use.
+        """
+        actor = cls.__new__(cls)
+        actor.meta = meta
+        actor.metadata = meta.to_metadata()
+        actor._layers = list(layers)
+        actor._mu = mu
+        actor._log_std = log_std
+        actor.tensors = {}
+        return actor
+
+    def prepared_arrays(self) -> list[np.ndarray]:
+        """The forward-pass arrays in a fixed order (layers, then mu, then log_std)."""
+        out: list[np.ndarray] = []
+        for w, b in [*self._layers, self._mu, self._log_std]:
+            out += [w, b]
+        return out
+
     @property
     def version(self) -> int:
         """Policy version."""

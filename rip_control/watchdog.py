@@ -3,16 +3,12 @@
 :class:`OverrunWatchdog` is the 3-strike rule evaluated inside the tick: a tick released
 more than ``threshold_s`` after its deadline is a strike, ``max_strikes`` in a row is a
 :class:`TimingViolation` (one late tick is a scheduler hiccup; several in a row is
-structural). :class:`HungLoopWatchdog` is an independent thread for the case the 3-strike
-rule cannot see: a control thread that stops ticking altogether (stuck in I/O, a long pause),
-which never reaches the next strike check.
+structural). The case the 3-strike rule cannot see - a loop that stops ticking altogether
+(stuck in I/O, frozen) and never reaches the next strike check - is the node's: its pump
+thread watches the real-time process's heartbeat (:mod:`rip_control.control_node`).
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-import threading
-import time
 
 
 class TimingViolation(RuntimeError):
@@ -55,55 +51,3 @@ class OverrunWatchdog:
                 )
         else:
             self.strikes = 0
-
-
-class HungLoopWatchdog:
-    """Calls ``on_hung`` once if the control thread stops kicking it for ``timeout_s``.
-
-    The control thread calls :meth:`kick_from_rt` every tick (a float store, no lock). The
-    watchdog thread polls at a quarter of the timeout, so it fires between ``timeout_s``
-    and ``1.25 * timeout_s`` after the last kick. It re-arms after the next kick.
-
-    :param timeout_s: silence that counts as hung.
-    :param on_hung: called from the watchdog thread with the silence in seconds; typically
-        disengages the motor.
-    :param name: thread name.
-    """
-
-    def __init__(
-        self, timeout_s: float, on_hung: Callable[[float], None], name: str = 'hung-watchdog'
-    ) -> None:
-        if not timeout_s > 0:
-            raise ValueError(f'timeout_s must be > 0, got {timeout_s!r}')
-        self.timeout_s = timeout_s
-        self._on_hung = on_hung
-        self._last_kick = time.monotonic()
-        self._stop = threading.Event()
-        self._fired = False
-        self.n_trips = 0
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def start(self) -> None:
-        """Start watching (counting from now)."""
-        self._last_kick = time.monotonic()
-        self._thread.start()
-
-    def kick_from_rt(self) -> None:
-        """The control thread is alive."""
-        self._last_kick = time.monotonic()
-        self._fired = False
-
-    def stop(self) -> None:
-        """Stop the watchdog thread."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=1.0)
-
-    def _run(self) -> None:
-        poll = self.timeout_s / 4
-        while not self._stop.wait(poll):
-            silence = time.monotonic() - self._last_kick
-            if silence > self.timeout_s and not self._fired:
-                self._fired = True
-                self.n_trips += 1
-                self._on_hung(silence)

@@ -96,6 +96,23 @@ class ControlRig:
             self.emulator.wait_for_line('EVENT', 0.05, start=len(self.emulator.lines))
         return None
 
+    def rt_pid(self, timeout_s=5.0):
+        """The pid of the node's real-time control process (its child), or None."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for entry in Path('/proc').iterdir():
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    ppid = int((entry / 'stat').read_text().rsplit(')', 1)[1].split()[1])
+                    cmdline = (entry / 'cmdline').read_bytes()
+                except (OSError, ValueError, IndexError):
+                    continue
+                if ppid == self.proc.pid and b'rip_control.rt.process' in cmdline:
+                    return int(entry.name)
+            time.sleep(0.02)
+        return None
+
     def wait_disengaged_after(self, t0, timeout_s=2.0):
         """Monotonic time of the first disengage after t0 (bounded wait), or None."""
         first = self.wait_disengage_after(t0, timeout_s)

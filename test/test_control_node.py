@@ -587,16 +587,137 @@ def test_a_vanished_rig_is_detected_and_the_node_reconfigures_when_it_returns(
     assert 'disengage failed' in rig.proc.stdout.read()
 
 
-def test_a_frozen_control_host_is_caught_by_the_firmware_deadman(control_rig):
-    # SIGSTOP freezes every thread of the control process, watchdogs included: only the
-    # firmware's own deadman (100 ms) can stop the motor now.
+def _gone(pid, timeout_s):
+    """Whether process ``pid`` has ended (reaped or a zombie) within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == 'Z':
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _wait_state(rig, state, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while rig.driver.state() != state:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _node_log(rig):
+    """Everything the node printed (stops it first: SIGINT, as a user would)."""
+    assert stop_process(rig.proc, signal.SIGINT, timeout_s=10) == 0
+    return rig.proc.stdout.read()
+
+
+def test_the_control_loop_runs_in_a_single_threaded_process_without_ros(control_rig, ros_node):
+    rig = control_rig()
+    col = Collector(ros_node, rig.name)
+    _active(rig)
+    pid = rig.rt_pid()
+    assert pid is not None and pid != rig.proc.pid
+    # What `ps -L` shows while a run is active: one thread there, several in the node.
+    threads = subprocess.run(
+        ['ps', '-L', '-o', 'tid=', '-p', str(pid)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert threads == [str(pid)], threads
+    node_threads = subprocess.run(
+        ['ps', '-L', '-o', 'tid=', '-p', str(rig.proc.pid)], capture_output=True, text=True
+    ).stdout.split()
+    assert len(node_threads) > 2
+    # No ROS client library, no DDS in its address space.
+    maps = open(f'/proc/{pid}/maps').read()
+    assert 'librcl' not in maps and 'fastrtps' not in maps and 'fastdds' not in maps
+    assert _spin_until(ros_node, lambda: (col.last('active') or {}).get('control_process'), 5)
+    assert col.last('active')['control_process'].startswith(f'pid {pid} ')
+    col.close()
+
+
+def test_a_killed_rt_process_is_replaced_by_the_nodes_own_disengage_and_an_error(control_rig):
     rig = control_rig()
     _active(rig)
+    pid = rig.rt_pid()
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    first = rig.wait_disengage_after(t0)
+    assert first is not None, 'the motor kept running after its control process died'
+    # The node saw the death within its 2 ms pump period and disengaged from its own side;
+    # the deadman (100 ms) is the line behind it.
+    assert first[0] - t0 < DEADMAN_S + 0.05, first
+    assert _wait_state(rig, 'unconfigured', 5), rig.driver.state()  # through error processing
+    assert not rig.engaged_now()
+    # Configure starts a new real-time process: the rig can be run again.
+    assert rig.driver.change('configure') and rig.driver.change('activate')
+    assert rig.emulator.wait_for_line('EVENT', 5.0, start=0) is not None
+    assert rig.rt_pid() not in (None, pid)
+    log = _node_log(rig)
+    assert 'real-time process lost: the real-time process killed by SIGKILL' in log, log[-3000:]
+    assert 'motor disengaged by the node itself' in log
+
+
+def test_a_frozen_rt_process_trips_the_hung_loop_watchdog_which_kills_it_and_disengages(
+    control_rig,
+):
+    rig = control_rig()
+    _active(rig)
+    pid = rig.rt_pid()
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)  # frozen, not dead: only its silence tells
+    first = rig.wait_disengage_after(t0)
+    assert first is not None and first[0] - t0 < DEADMAN_S + 0.05, first
+    assert _gone(pid, 2.0), 'the hung process was not killed'
+    assert _wait_state(rig, 'unconfigured', 5), rig.driver.state()
+    assert not rig.engaged_now()
+    log = _node_log(rig)
+    assert 'fell silent for' in log and 'hung-loop watchdog' in log, log[-3000:]
+    assert 'motor disengaged by the node itself' in log
+
+
+@pytest.mark.parametrize('sig', ['SIGKILL', 'SIGSTOP'])
+def test_when_the_node_dies_or_freezes_the_rt_process_disengages_and_exits(control_rig, sig):
+    # SIGKILL: the parent-death signal; SIGSTOP: the node's heartbeat falls silent.
+    rig = control_rig(node_timeout_ms=300.0)
+    _active(rig)
+    pid = rig.rt_pid()
+    t0 = time.monotonic()
+    rig.proc.send_signal(getattr(signal, sig))
+    try:
+        first = rig.wait_disengage_after(t0)
+        assert first is not None, f'the motor kept running after the node got {sig}'
+        t_off, cause = first
+        assert cause == 'command', f'disengaged by the {cause}, not the real-time process'
+        bound = 0.1 if sig == 'SIGKILL' else 0.3 + 0.1  # a tick, or the node timeout and a tick
+        assert t_off - t0 < bound, t_off - t0
+        assert _gone(pid, 2.0), 'the real-time process outlived its node'
+    finally:
+        if sig == 'SIGSTOP':
+            rig.proc.send_signal(signal.SIGCONT)
+    if sig == 'SIGSTOP':
+        # The node wakes up to a process that left: it says so and errors out.
+        assert _wait_state(rig, 'unconfigured', 5), rig.driver.state()
+        log = _node_log(rig)
+        assert 'real-time process lost: the real-time process exited: it lost its node' in log
+
+
+def test_a_frozen_control_host_is_caught_by_the_firmware_deadman(control_rig):
+    # SIGSTOP to the node and its real-time process: nothing on the host runs any more, only
+    # the firmware's own deadman (100 ms) can stop the motor now.
+    rig = control_rig()
+    _active(rig)
+    pid = rig.rt_pid()
     t0 = time.monotonic()
     rig.proc.send_signal(signal.SIGSTOP)
+    os.kill(pid, signal.SIGSTOP)
     try:
         t_off = rig.wait_disengaged_after(t0, timeout_s=2.0)
     finally:
+        os.kill(pid, signal.SIGCONT)
         rig.proc.send_signal(signal.SIGCONT)
     assert t_off is not None, 'the motor kept running under a frozen host'
     assert t_off - t0 < 0.1 + 0.05  # deadman plus one control period of slack

@@ -26,7 +26,7 @@ import numpy as np
 from rip_control.env import RealRotaryInvertedPendulumEnv
 from rip_control.outbox import Outbox
 from rip_control.pacer import Pacer, TickTiming
-from rip_control.policy import PolicySnapshot
+from rip_control.policy import NumpyActor
 from rip_control.protocol import ErrorCode
 from rip_control.rig_client import RigDisconnected, RigError, RigProtocolError
 from rip_control.telemetry import RunningStats
@@ -38,6 +38,14 @@ _log = logging.getLogger(__name__)
 
 class ControlLoopHung(RuntimeError):
     """The loop stopped ticking (the node's hung-loop watchdog saw no heartbeat)."""
+
+
+class ActorSource(Protocol):
+    """The policy hand-off the loop reads once per tick (a snapshot, the RT process's box)."""
+
+    def read_from_rt(self) -> NumpyActor:
+        """The actor for this tick; never blocks."""
+        ...
 
 
 class StopFlag(Protocol):
@@ -165,7 +173,7 @@ class ControlLoop:
         self,
         env: RealRotaryInvertedPendulumEnv,
         config: LoopConfig,
-        snapshot: PolicySnapshot,
+        snapshot: ActorSource,
         transitions: Outbox[Transition],
         ticks: Outbox[TickSample],
         episodes: Outbox[EpisodeSummary],

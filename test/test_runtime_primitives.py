@@ -1,6 +1,5 @@
 """Pure runtime primitives, no ROS: pacer, watchdogs, outbox, policy codec and snapshot."""
 
-
 import numpy as np
 import pytest
 

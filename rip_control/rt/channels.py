@@ -54,7 +54,7 @@ def _align(n: int, to: int = CACHE_LINE) -> int:
     return (n + to - 1) // to * to
 
 
-def _crc(seq: int, payload: bytes | memoryview) -> int:
+def _crc(seq: int, payload: bytes | bytearray | memoryview) -> int:
     return zlib.crc32(payload, zlib.crc32(_U64.pack(seq) + struct.pack('<I', len(payload))))
 
 
@@ -173,7 +173,7 @@ class Ring:
 
     def pop_all(self, limit: int = 1 << 30) -> list[bytes]:
         """Up to ``limit`` complete records, oldest first (consumer)."""
-        out = []
+        out: list[bytes] = []
         while len(out) < limit and (r := self.pop()) is not None:
             out.append(r)
         return out

@@ -127,6 +127,7 @@ class RtControl:
         self.quit = False
         self.node_lost = False
         self._stop_run = False
+        self._activate: dict[str, Any] | None = None
         self._node_beat = (ch.node_beat.read(), time.monotonic())
         self.actor: NumpyActor | None = None
 
@@ -295,7 +296,6 @@ class RtControl:
 
     def serve(self) -> int:
         """Idle between runs, run on ``activate``, exit on ``quit``, a signal or a lost node."""
-        self._activate: dict[str, Any] | None = None
         while True:
             self.write_status()
             stop = self.poll_stop()

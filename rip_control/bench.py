@@ -1,12 +1,14 @@
 """Benchmarks that print numbers and save them as JSON.
 
 ``python -m rip_control.bench timing --rate 50 --seconds 60 --load sac --json PATH
-[--baseline rclpy-timer]``: the real control node (its own process, lifecycle-activated)
-against the rig emulator while a load runs beside it (``none``; ``hog``: a busy process per
-core; ``sac``: SB3 SAC ``train()`` flat out on a pre-filled buffer in another process).
-Policy weights of realistic size arrive at ``--weights-hz`` throughout. With
-``--baseline rclpy-timer`` the same tick work driven by an rclpy timer is measured next, in
-the same run under the same load.
+[--baseline floor|rclpy-timer]``: the real control node (its own process, lifecycle-activated,
+its loop in its real-time process) against the rig emulator while a load runs beside it
+(``none``; ``hog``: a busy process per core; ``sac``: SB3 SAC ``train()`` flat out on a
+pre-filled buffer in another process). Policy weights of realistic size arrive at
+``--weights-hz`` throughout. With ``--baseline floor`` the bare single-threaded pacer
+process (:mod:`rip_control.rt.floor`) is measured next, in the same run under the same load,
+and every figure is also given as a ratio to it; with ``--baseline rclpy-timer`` the same
+tick work driven by an rclpy timer is.
 
 Every DDS participant stays on loopback in a domain of its own unless the caller set
 ``ROS_AUTOMATIC_DISCOVERY_RANGE`` / ``ROS_DOMAIN_ID``.
@@ -30,64 +32,10 @@ from typing import Any
 import numpy as np
 
 from rip_control.emulator_process import EmulatorProcess, child_env, stop_process
+from rip_control.files import atomic_write_bytes
 from rip_control.launching import ProcessSpec, ensure_loopback_dds, parse_args
 from rip_control.params import CONTROL_PARAMETERS, convert_all
-
-
-def tick_stats(
-    dt_s: np.ndarray,
-    overrun_s: np.ndarray,
-    rate_hz: float,
-    threshold_s: float = 0.005,
-    max_strikes: int = 3,
-) -> dict[str, Any]:
-    """Summary figures of a run's tick intervals (the JSON fields of the timing benchmark).
-
-    ``n_violations`` applies the 3-strike rule to ``overrun_s``; runs that were tripped
-    by it stop there, so for the node the trace's own count is authoritative.
-    """
-    dt = np.asarray(dt_s, dtype=np.float64)
-    period = 1.0 / rate_hz
-    dev = np.abs(dt - period)
-    strikes = violations = 0
-    for ov in np.asarray(overrun_s, dtype=np.float64):
-        strikes = strikes + 1 if ov > threshold_s else 0
-        if strikes >= max_strikes:
-            violations += 1
-            strikes = 0
-    return {
-        'target_rate_hz': rate_hz,
-        'measured_rate_hz': float(len(dt) / dt.sum()) if len(dt) else 0.0,
-        'n_ticks': int(len(dt)),
-        'dt_mean_ms': float(dt.mean() * 1e3) if len(dt) else math.nan,
-        'dt_std_ms': float(dt.std() * 1e3) if len(dt) else math.nan,
-        'dt_p99_abs_dev_ms': float(np.percentile(dev, 99) * 1e3) if len(dt) else math.nan,
-        'dt_max_abs_dev_ms': float(dev.max() * 1e3) if len(dt) else math.nan,
-        'max_overrun_ms': float(np.max(overrun_s) * 1e3) if len(dt) else math.nan,
-        'n_violations': violations,
-    }
-
-
-def overrun_causes(
-    overrun_s: np.ndarray, prev_work_s: np.ndarray, period_s: float, late_s: float = 0.0005
-) -> dict[str, Any]:
-    """Split late releases (over ``late_s``) by cause.
-
-    Either the previous tick's work ran into this deadline, or the thread woke late
-    (scheduling, waiting for the GIL).
-    """
-    ov = np.asarray(overrun_s)
-    work = np.asarray(prev_work_s)
-    late = ov > late_s
-    from_work = late & (work > period_s - late_s)
-    return {
-        'work_mean_ms': float(work.mean() * 1e3) if len(work) else 0.0,
-        'work_p99_ms': float(np.percentile(work, 99) * 1e3) if len(work) else 0.0,
-        'work_max_ms': float(work.max() * 1e3) if len(work) else 0.0,
-        'late_releases': int(late.sum()),
-        'late_after_long_work': int(from_work.sum()),
-        'late_woke_late': int((late & ~from_work).sum()),
-    }
+from rip_control.stats import overrun_causes, tick_stats
 
 
 def _print_stats(title: str, s: dict[str, Any]) -> None:
@@ -158,7 +106,7 @@ class _WeightsSource:
     def __init__(self, node: Any, rate_hz: float, hidden: tuple[int, ...]) -> None:
         from std_msgs.msg import UInt8MultiArray
 
-        from rip_control.control_node import WEIGHTS_QOS
+        from rip_control.qos import WEIGHTS_QOS
 
         self._msg_type = UInt8MultiArray
         self.pub = node.create_publisher(UInt8MultiArray, 'policy_weights', WEIGHTS_QOS)
@@ -264,10 +212,12 @@ def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
             ours['missed_ticks'] = int(z['missed_ticks'])
             ours['ticks_not_traced'] = int(z['ticks_dropped'])
             ours['node_state_at_end'] = state
+            z_swap_max = float(z['swap_max_s']) if 'swap_max_s' in z else math.nan
         ours['weights_published'] = weights.version
         ours['weights_bytes'] = weights.nbytes
         doc['control_node'] = ours
-        _print_stats('control node (paced thread)', ours)
+        ours['policy_swap_max_ms'] = float(z_swap_max) * 1e3
+        _print_stats('control node (real-time process)', ours)
         if a.baseline == 'rclpy-timer':
             out = workdir / 'baseline.json'
             base_proc = subprocess.Popen(
@@ -301,6 +251,54 @@ def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
             base['serial_errors'] = int(base_doc.get('serial_errors', 0))
             doc['rclpy_timer'] = base
             _print_stats('rclpy timer baseline', base)
+        if a.baseline == 'floor':
+            floor_s = a.floor_seconds or a.seconds
+            print(f'floor: the bare pacer process, same load, {floor_s:g} s', flush=True)
+            out = workdir / 'floor.npz'
+            cpu = params.get('control_cpu', -1)
+            cpu = cpu if cpu >= 0 else max(os.sched_getaffinity(0))
+            floor_proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    '-m',
+                    'rip_control.rt.floor',
+                    '--rate',
+                    str(rate),
+                    '--seconds',
+                    str(floor_s),
+                    '--cpu',
+                    str(cpu),
+                    '--fifo',
+                    str(params.get('fifo_priority', 80)),
+                    '--out',
+                    str(out),
+                ],
+                env=dict(child_env(), OPENBLAS_NUM_THREADS='1', OMP_NUM_THREADS='1'),
+                text=True,
+            )
+            stack.callback(stop_process, floor_proc)
+            deadline = time.monotonic() + floor_s + 60.0
+            while floor_proc.poll() is None and time.monotonic() < deadline:
+                _spin_for(node, 0.1, 0.0, weights.publish)
+            if floor_proc.wait(timeout=30) != 0:
+                raise RuntimeError('the floor baseline failed (see its log)')
+            with np.load(out, allow_pickle=False) as z:
+                fdt, fov = z['dt_s'][1:], z['overrun_s'][1:]
+                floor = tick_stats(fdt, fov, rate)
+                floor.update(overrun_causes(fov, z['prev_work_s'][1:], 1.0 / rate))
+                floor['fifo'] = bool(z['fifo'])
+            floor['seconds'] = floor_s
+            doc['floor'] = floor
+            doc['ratio_to_floor'] = {
+                k: ours[k] / floor[k] if floor[k] > 0 else math.inf
+                for k in ('dt_std_ms', 'dt_p99_abs_dev_ms', 'dt_max_abs_dev_ms', 'max_overrun_ms')
+            }
+            _print_stats('floor (bare pacer process)', floor)
+            print(
+                'ratio to the floor: '
+                + ', '.join(f'{k} {v:.1f}x' for k, v in doc['ratio_to_floor'].items()),
+                flush=True,
+            )
         doc['load_result'] = load.result() if a.load == 'sac' else {}
     node.destroy_node()
     rclpy.try_shutdown()
@@ -542,8 +540,9 @@ def timing_table(paths: list[str]) -> str:
         return text
 
     rows = [
-        '| run | paced control thread | rclpy timer (same load) |',
-        '|---|---|---|',
+        '| run | control loop (real-time process) | floor: bare pacer process (same load) '
+        '| std / max ratio to the floor | rclpy timer (same load) |',
+        '|---|---|---|---|---|',
     ]
     for path in paths:
         doc = json.loads(Path(path).read_text())
@@ -553,9 +552,13 @@ def timing_table(paths: list[str]) -> str:
             if k in ('fifo_priority', 'switch_interval_us', 'gc_off', 'gil_holders_fifo_priority')
         )
         name = f'{doc["node_params"]["rate_hz"]:g} Hz, {doc["load"]}, {doc["seconds"]:g} s'
+        ratio = doc.get('ratio_to_floor')
+        ratio_text = (
+            f'{ratio["dt_std_ms"]:.1f}x / {ratio["dt_max_abs_dev_ms"]:.1f}x' if ratio else ''
+        )
         rows.append(
             f'| {name}{" (" + extra + ")" if extra else ""} | {cell(doc.get("control_node"))} '
-            f'| {cell(doc.get("rclpy_timer"))} |'
+            f'| {cell(doc.get("floor"))} | {ratio_text} | {cell(doc.get("rclpy_timer"))} |'
         )
     return '\n'.join(rows)
 
@@ -563,12 +566,8 @@ def timing_table(paths: list[str]) -> str:
 def _write_json(path: str, doc: dict[str, Any]) -> None:
     if not path:
         return
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + '.tmp')
-    tmp.write_text(json.dumps(doc, indent=2) + '\n')
-    os.replace(tmp, p)
-    print(f'wrote {p}', flush=True)
+    atomic_write_bytes(path, (json.dumps(doc, indent=2) + '\n').encode())
+    print(f'wrote {path}', flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -579,7 +578,16 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument('--rate', type=float, default=50.0)
     t.add_argument('--seconds', type=float, default=60.0)
     t.add_argument('--load', choices=('none', 'hog', 'sac'), default='sac')
-    t.add_argument('--baseline', choices=('none', 'rclpy-timer'), default='none')
+    t.add_argument(
+        '--baseline',
+        choices=('none', 'rclpy-timer', 'floor'),
+        default='none',
+        help='also measure, under the same load: an rclpy-timer loop, or the floor (the bare '
+        'single-threaded pacer process)',
+    )
+    t.add_argument(
+        '--floor-seconds', type=float, default=0.0, help='length of the floor run (0: --seconds)'
+    )
     t.add_argument('--weights-hz', type=float, default=10.0)
     t.add_argument(
         '--load-nice', type=int, default=0, help='niceness of the sac load (the learner uses 10)'

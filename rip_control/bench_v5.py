@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from rip_control.bench import tick_stats
 from rip_control.emulator_process import EmulatorProcess
+from rip_control.stats import tick_stats
 
 DEFAULT_POLICY = (
     Path(__file__).resolve().parent.parent / 'policies' / 'sim_50hz' / 'policy.safetensors'

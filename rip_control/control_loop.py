@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+import enum
 import logging
 import math
 import time
@@ -34,6 +35,27 @@ from rip_control.transitions import Transition
 from rip_control.watchdog import OverrunWatchdog, TimingViolation
 
 _log = logging.getLogger(__name__)
+
+
+class Phase(enum.Enum):
+    """Where the loop is; each tick does one step of the current phase.
+
+    ``BEGIN_RESET`` -> ``RESETTING`` -> ``EPISODE_START`` -> ``EPISODE`` -> ``BEGIN_RESET`` ...
+    and ``STOPPING`` from anywhere (a stop request, ``episodes`` done, a fault).
+    """
+
+    BEGIN_RESET = 'begin_reset'  # engage and start the reset controller (serial traffic)
+    RESETTING = 'resetting'  # the reset controller, until the rig is quiet or it times out
+    EPISODE_START = 'episode_start'  # first observation; the policy acts at once
+    EPISODE = 'episode'  # observe, complete the transition, act
+    STOPPING = 'stopping'
+
+    @property
+    def status_name(self) -> str:
+        """The phase as :class:`LoopStatus` and the diagnostics name it."""
+        if self in (Phase.BEGIN_RESET, Phase.RESETTING, Phase.EPISODE_START):
+            return 'reset'
+        return 'episode' if self is Phase.EPISODE else 'stopped'
 
 
 class ControlLoopHung(RuntimeError):
@@ -189,9 +211,20 @@ class ControlLoop:
         self.status = LoopStatus()
         self.motor_confirmed_off = False  # the rig answered the loop's last disengage
         self._rng = np.random.default_rng(config.seed)
+        self.phase = Phase.STOPPING
+        self._episode = _Episode()
+        self._obs: np.ndarray = np.zeros(0, dtype=np.float32)
+        self._settled = False
+        self._clean_streak = 0
+        self._errors_in_row = 0
 
     def run(self, stop: StopFlag, after_tick: Callable[[], None] | None = None) -> None:
         """Run until ``stop`` is set or ``episodes`` are done; raise on any fault.
+
+        Every tick, whatever the phase: wait for the deadline, the 3-strike check, release the
+        held transitions that clean ticks confirm; then one step of the phase (see
+        :class:`Phase`). A serial error in an episode (or a refusal as not engaged) cuts the
+        episode and starts a reset on the next tick; ``max_serial_errors`` in a row end the run.
 
         :param stop: polled once per tick, before the wait.
         :param after_tick: called once per tick after its work, before the wait (the RT
@@ -201,142 +234,148 @@ class ControlLoop:
         :raises RigDisconnected: the serial device vanished.
         """
         cfg, env, st = self.config, self.env, self.status
-        period = env.config.period_s
-        pacer = Pacer(period, spin_s=cfg.spin_s)
+        pacer = Pacer(env.config.period_s, spin_s=cfg.spin_s)
         overrun_dog = OverrunWatchdog(cfg.timing_violation_threshold_s, cfg.max_strikes)
         holdback = self.transitions.holdback
-        clean_streak = 0
-        episode = _Episode()
-        in_episode = False
-        serial_errors_in_row = 0
-        obs: np.ndarray | None = None
-        reset_result: bool | None = None  # set when a reset finished (settled or not)
-        # A reset begins (engage + first read: serial traffic) on a tick of its own, inside
-        # the serial-error handling, so a timeout there counts like any other.
-        begin_reset_due = False
+        self._clean_streak = 0
+        self._errors_in_row = 0
         try:
             env.begin_reset()
-            st.phase = 'reset'
+            self._enter(Phase.RESETTING)
             last_release = pacer.start()
-            while True:
+            while self.phase is not Phase.STOPPING:
                 work_end = time.monotonic()
                 if after_tick is not None:
                     after_tick()
                 if stop.is_set():
+                    self._enter(Phase.STOPPING)
                     break
                 timing = pacer.wait()
                 prev_work = work_end - last_release
                 last_release = timing.tick_time_s + timing.overrun_s
-                st.ticks += 1
-                st.tick_mark = (st.ticks, timing.tick_time_s)
-                if cfg.fault_tick_delay_s and st.ticks > cfg.fault_after_ticks:
-                    time.sleep(cfg.fault_tick_delay_s)
-                st.missed_ticks += timing.missed
-                if st.ticks > 1:
-                    st.dt.add(timing.dt_s)
-                if timing.overrun_s > st.max_overrun_s:
-                    st.max_overrun_s = timing.overrun_s
-                strike = overrun_dog.is_strike(timing.overrun_s)
-                self.ticks.push_from_rt(
-                    TickSample(timing.dt_s, timing.overrun_s, strike, prev_work)
-                )
-                try:
-                    overrun_dog.check_from_rt(timing.overrun_s)
-                except TimingViolation:
-                    st.violations += 1
-                    self.transitions.discard_held_from_rt()
-                    raise
-                finally:
-                    st.strikes_total = overrun_dog.n_strikes_total
-                # Held transitions are released once enough clean ticks confirm them.
-                clean_streak = 0 if strike else clean_streak + 1
-                if clean_streak >= holdback:
+                strike = self._account_tick(timing, prev_work, overrun_dog)
+                self._clean_streak = 0 if strike else self._clean_streak + 1
+                if self._clean_streak >= holdback:
+                    # Held transitions are released once enough clean ticks confirm them.
                     self.transitions.flush_held_from_rt()
-
                 try:
-                    if begin_reset_due:
-                        env.begin_reset()
-                        begin_reset_due = False
-                        serial_errors_in_row = 0
-                        continue
-                    if not in_episode and reset_result is None:
-                        done, settled = env.reset_step()
-                        if done:
-                            reset_result = settled  # the episode starts on the next tick
-                        serial_errors_in_row = 0
-                        continue
-                    if not in_episode:
-                        # First tick of an episode: observe at the tick, act at once.
-                        obs = env.begin_episode()
-                        in_episode = True
-                        st.phase = 'episode'
-                        episode = _Episode(settled=bool(reset_result))
-                        reset_result = None
-                    else:
-                        assert obs is not None
-                        next_obs, reward, terminated, truncated, info = env.observe_and_step()
-                        episode.record_tick(timing, strike, info, env.config.balance_threshold_rad)
-                        self._emit(episode, st, obs, next_obs, reward, terminated, truncated, info)
-                        obs = next_obs
-                        if terminated or truncated:
-                            self._finish_episode(episode, terminated, st)
-                            in_episode = False
-                            if cfg.episodes and st.episodes >= cfg.episodes:
-                                break
-                            begin_reset_due = True
-                            st.phase = 'reset'
-                            serial_errors_in_row = 0
-                            continue
-                    actor = self.snapshot.read_from_rt()
-                    noise = (
-                        self._rng.standard_normal(actor.meta.action_size).astype(np.float32)
-                        if cfg.stochastic_actions
-                        else None
-                    )
-                    action = actor.act(obs, noise)
-                    env.apply_action(action)
-                    episode.last_action = action
-                    episode.policy_version = actor.version
-                    serial_errors_in_row = 0
+                    self._step(timing, strike)
+                    self._errors_in_row = 0
                 except RigDisconnected:
                     raise
                 except RigError as exc:
-                    st.serial_errors += 1
-                    serial_errors_in_row += 1
-                    if serial_errors_in_row >= cfg.max_serial_errors:
-                        raise SerialFailure(
-                            f'{serial_errors_in_row} consecutive serial errors, last: {exc}'
-                        ) from exc
-                    refused = (
-                        isinstance(exc, RigProtocolError) and exc.error == ErrorCode.NOT_ENGAGED
-                    )
-                    if in_episode or refused:
-                        # In an episode the transition chain is broken: drop its tail and
-                        # reset. A refusal as not engaged means a stall outlasted the firmware
-                        # deadman: every voltage would be refused until the error limit, so
-                        # the reset starts over and engages again.
-                        if in_episode:
-                            self.transitions.discard_held_from_rt()
-                        in_episode = False
-                        begin_reset_due = True
-                        reset_result = None
-                        st.phase = 'reset'
+                    self._on_serial_error(exc)
             # A clean stop: nothing violated, so what is still held back is good data.
             self.transitions.flush_held_from_rt()
         finally:
             # Any other way out is a fault. What is still held back is released if the tick
             # timing since the last strike confirms it (as the next tick would have), else
             # withdrawn and counted; never left behind uncounted.
-            if clean_streak >= holdback:
+            if self._clean_streak >= holdback:
                 self.transitions.flush_held_from_rt()
             else:
                 self.transitions.discard_held_from_rt()
+            self._enter(Phase.STOPPING)
             st.phase = 'stopped'
             try:
                 env.disengage_safely()
                 self.motor_confirmed_off = True
             except RigError as exc:
                 _log.error('disengage failed (%s); the firmware deadman will stop the motor', exc)
+
+    def _enter(self, phase: Phase) -> None:
+        self.phase = phase
+        self.status.phase = phase.status_name
+
+    def _account_tick(self, timing: TickTiming, prev_work: float, dog: OverrunWatchdog) -> bool:
+        """Counters, the tick sample and the 3-strike check of one tick; whether it struck.
+
+        :raises TimingViolation: this was the last strike (the held transitions withdrawn).
+        """
+        cfg, st = self.config, self.status
+        st.ticks += 1
+        st.tick_mark = (st.ticks, timing.tick_time_s)
+        if cfg.fault_tick_delay_s and st.ticks > cfg.fault_after_ticks:
+            time.sleep(cfg.fault_tick_delay_s)
+        st.missed_ticks += timing.missed
+        if st.ticks > 1:
+            st.dt.add(timing.dt_s)
+        if timing.overrun_s > st.max_overrun_s:
+            st.max_overrun_s = timing.overrun_s
+        strike = dog.is_strike(timing.overrun_s)
+        self.ticks.push_from_rt(TickSample(timing.dt_s, timing.overrun_s, strike, prev_work))
+        try:
+            dog.check_from_rt(timing.overrun_s)
+        except TimingViolation:
+            st.violations += 1
+            self.transitions.discard_held_from_rt()
+            raise
+        finally:
+            st.strikes_total = dog.n_strikes_total
+        return strike
+
+    def _step(self, timing: TickTiming, strike: bool) -> None:
+        """The phase's work for one tick (serial I/O: may raise :class:`RigError`)."""
+        env, phase = self.env, self.phase
+        if phase is Phase.BEGIN_RESET:
+            env.begin_reset()  # engage and first read, on a tick of its own
+            self._enter(Phase.RESETTING)
+        elif phase is Phase.RESETTING:
+            done, settled = env.reset_step()
+            if done:
+                self._settled = settled
+                self._enter(Phase.EPISODE_START)  # the episode starts on the next tick
+        elif phase is Phase.EPISODE_START:
+            # First tick of an episode: observe at the tick, act at once.
+            self._obs = env.begin_episode()
+            self._episode = _Episode(settled=self._settled)
+            self._enter(Phase.EPISODE)
+            self._act()
+        else:  # Phase.EPISODE
+            episode = self._episode
+            next_obs, reward, terminated, truncated, info = env.observe_and_step()
+            episode.record_tick(timing, strike, info, env.config.balance_threshold_rad)
+            self._emit(
+                episode, self.status, self._obs, next_obs, reward, terminated, truncated, info
+            )
+            self._obs = next_obs
+            if terminated or truncated:
+                self._finish_episode(episode, terminated, self.status)
+                done = 0 < self.config.episodes <= self.status.episodes
+                self._enter(Phase.STOPPING if done else Phase.BEGIN_RESET)
+                return
+            self._act()
+
+    def _act(self) -> None:
+        actor = self.snapshot.read_from_rt()
+        noise = (
+            self._rng.standard_normal(actor.meta.action_size).astype(np.float32)
+            if self.config.stochastic_actions
+            else None
+        )
+        action = actor.act(self._obs, noise)
+        self.env.apply_action(action)
+        self._episode.last_action = action
+        self._episode.policy_version = actor.version
+
+    def _on_serial_error(self, exc: RigError) -> None:
+        """Count a failed tick; cut a broken episode; give up after too many in a row."""
+        st = self.status
+        st.serial_errors += 1
+        self._errors_in_row += 1
+        if self._errors_in_row >= self.config.max_serial_errors:
+            raise SerialFailure(
+                f'{self._errors_in_row} consecutive serial errors, last: {exc}'
+            ) from exc
+        refused = isinstance(exc, RigProtocolError) and exc.error == ErrorCode.NOT_ENGAGED
+        if self.phase is Phase.EPISODE or refused:
+            # In an episode the transition chain is broken: drop its tail and reset. A refusal
+            # as not engaged means a stall outlasted the firmware deadman: every voltage would
+            # be refused until the error limit, so the reset starts over and engages again.
+            if self.phase is Phase.EPISODE:
+                self.transitions.discard_held_from_rt()
+            self._enter(Phase.BEGIN_RESET)
+        # Otherwise (a reset step, the start of an episode) the same step is tried again.
 
     def _emit(
         self,

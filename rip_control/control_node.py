@@ -31,6 +31,7 @@ process disengages and exits. The firmware deadman stays the last line.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import io
 import math
 import os
 from pathlib import Path
@@ -45,12 +46,6 @@ import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import (
-    DurabilityPolicy,
-    HistoryPolicy,
-    QoSProfile,
-    ReliabilityPolicy,
-)
 from std_msgs.msg import (
     Float32MultiArray,
     Float64MultiArray,
@@ -60,6 +55,7 @@ from std_msgs.msg import (
 
 from rip_control.control_loop import EpisodeSummary, LoopConfig
 from rip_control.env import ACTION_SIZE, OBS_SIZE, TaskConfig
+from rip_control.files import atomic_write_bytes
 from rip_control.node_params import declare, spin_until_shutdown
 from rip_control.params import CONTROL_PARAMETERS
 from rip_control.policy import (
@@ -69,6 +65,7 @@ from rip_control.policy import (
     load_actor_file,
     random_actor,
 )
+from rip_control.qos import TICK_QOS, TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.realtime import is_fifo, set_fifo
 from rip_control.rig_client import LowLevelClient, RigError
 from rip_control.rt.handle import RtProcess, RtStartFailed, describe_exit
@@ -76,21 +73,6 @@ from rip_control.rt.link import RtStatus
 from rip_control.telemetry import EpisodeTiming, TimingCsv
 from rip_control.transitions import field_layout
 
-TRANSITIONS_QOS = QoSProfile(
-    depth=1000,
-    history=HistoryPolicy.KEEP_LAST,
-    reliability=ReliabilityPolicy.RELIABLE,
-    durability=DurabilityPolicy.VOLATILE,
-)
-WEIGHTS_QOS = QoSProfile(
-    depth=1,
-    history=HistoryPolicy.KEEP_LAST,
-    reliability=ReliabilityPolicy.RELIABLE,
-    durability=DurabilityPolicy.TRANSIENT_LOCAL,
-)
-TICK_QOS = QoSProfile(
-    depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT
-)
 EPISODE_FIELDS = (
     'episode',
     'return',
@@ -437,7 +419,11 @@ class ControlNode(LifecycleNode):
                     f'the real-time process did not answer a stop within '
                     f'{STOP_REPLY_TIMEOUT_S:g} s'
                 )
-        elif not self._rt_lost:
+        elif not self._rt_lost and not (
+            self._pump_thread is not None and self._rt_lost_handled.wait(0.2)
+        ):
+            # Gone already (its own signal, say): the pump normally notices first, with the
+            # process's last words (its exit event); without a pump, we do.
             self._lose_rt(f'the real-time process {describe_exit(rt.poll())}')
         # Lost: whoever noticed first is disengaging from here; its answer is the answer.
         self._rt_lost_handled.wait(STOP_REPLY_TIMEOUT_S + 2 * s_timeout(self._settings))
@@ -459,18 +445,24 @@ class ControlNode(LifecycleNode):
         rt.kill()
         if code is None:
             code = rt.poll()
+        log = self.get_logger()
         exit_ev = self._exit_event
         if exit_ev.get('confirmed'):
-            self._motor_confirmed_off = True  # it disengaged itself before it went
-        self.get_logger().error(f'real-time process lost: {why} ({describe_exit(code)})')
+            # It stopped on its own (a signal to the process group, say) and the rig confirmed
+            # its disengage before it went: a stop, not an accident.
+            self._motor_confirmed_off = True
+            log.warning(
+                f'real-time process ended ({exit_ev.get("why")}), motor confirmed off by it'
+            )
+        else:
+            log.error(f'real-time process lost: {why} ({describe_exit(code)})')
         client = LowLevelClient(s.serial_port, timeout_s=s.serial_timeout_s)
         try:
             client.open()
             client.disengage_motor()
             self._motor_confirmed_off = True
-            self.get_logger().error('motor disengaged by the node itself')
+            log.warning('motor disengaged by the node itself')
         except RigError as exc:
-            log = self.get_logger()
             say = log.warning if self._motor_confirmed_off else log.error
             say(f'disengage failed ({type(exc).__name__}: {exc}); the firmware deadman will act')
         finally:
@@ -659,13 +651,9 @@ class ControlNode(LifecycleNode):
             'swap_max_s': np.float64(st.swap_max_s),
         }
         path = Path(s.tick_trace)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + '.tmp')
-        with open(tmp, 'wb') as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        atomic_write_bytes(path, buf.getvalue())
         self.get_logger().info(f'tick trace of {len(trace)} ticks written to {path}')
         self._trace = []
 

@@ -48,7 +48,7 @@ class TransitionRecorder:
         """
         from std_msgs.msg import Float32MultiArray
 
-        from rip_control.control_node import TRANSITIONS_QOS
+        from rip_control.qos import TRANSITIONS_QOS
 
         sub = node.create_subscription(
             Float32MultiArray, '/transitions', self._on_transition, TRANSITIONS_QOS

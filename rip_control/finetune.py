@@ -36,6 +36,7 @@ from rip_control.emulator_process import (
     die_with_parent,
     stop_process,
 )
+from rip_control.files import atomic_write_bytes
 from rip_control.launching import (
     CONTROL,
     LEARNER,
@@ -49,7 +50,7 @@ from rip_control.launching import (
     parse_args,
 )
 from rip_control.signals import StopSignals
-from rip_learner.buffer_store import BUFFER_FILE, atomic_write_bytes, check_run_dir_is_free
+from rip_learner.buffer_store import BUFFER_FILE, check_run_dir_is_free
 
 POLICY_LATEST = 'policy_latest.safetensors'
 STOPPING_NOTE = (
@@ -646,7 +647,7 @@ def _summarise(
     }
     trace = run_dir / 'ticks.npz'
     if trace.exists():
-        from rip_control.bench import overrun_causes, tick_stats
+        from rip_control.stats import overrun_causes, tick_stats
 
         with np.load(trace, allow_pickle=False) as z:
             stats = tick_stats(z['dt_s'][1:], z['overrun_s'][1:], float(values['rate']))

@@ -52,8 +52,8 @@ def record(
     from std_msgs.msg import Float32MultiArray
 
     from rip_control.bags import BagWriter
-    from rip_control.control_node import TRANSITIONS_QOS
     from rip_control.env import ACTION_SIZE, OBS_SIZE
+    from rip_control.qos import TRANSITIONS_QOS
 
     writer = BagWriter(opts['out'], opts['rate'], OBS_SIZE, ACTION_SIZE)
     node = executor = None

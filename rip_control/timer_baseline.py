@@ -20,9 +20,9 @@ import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
-from rip_control.control_node import TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.env import ACTION_SIZE, OBS_SIZE, RealRotaryInvertedPendulumEnv, TaskConfig
 from rip_control.policy import PolicyRejected, PolicySnapshot, decode_actor, random_actor
+from rip_control.qos import TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.rig_client import LowLevelClient, RigError
 from rip_control.transitions import Transition
 

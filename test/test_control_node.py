@@ -13,10 +13,10 @@ import pytest
 import rclpy
 from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
-from rip_control.control_node import TICK_QOS, WEIGHTS_QOS
 from rip_control.emulator_process import stop_process
 from rip_control.env import ACTION_SIZE, OBS_SIZE
 from rip_control.policy import PolicyMeta, encode_actor, random_actor
+from rip_control.qos import TICK_QOS, WEIGHTS_QOS
 from rip_control.transitions import TransitionRejected, unpack
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -157,7 +157,7 @@ def test_v1_node_holds_its_rate_and_publishes_only_clean_transitions(control_rig
     assert rig.wait_disengaged_after(t0) is not None
     assert col.malformed == 0  # every published transition unpacks with its labelled layout
     dts = np.array([t.dt_s for t in col.transitions])
-    assert len(dts) >= 90  # ~5 s of 50 Hz episodes; loose for a loaded CI machine
+    assert len(dts) >= 90, (len(dts), last)  # ~5 s of 50 Hz episodes; loose for a loaded CI
     assert abs(dts.mean() - PERIOD_S) < 1e-4
     # The loop dropped nothing for its dt and withdrew nothing: every tick kept its period, so
     # every transition it made was published (the dt check alone would hide stretched ones).
@@ -702,7 +702,7 @@ def test_when_the_node_dies_or_freezes_the_rt_process_disengages_and_exits(contr
         # The node wakes up to a process that left: it says so and errors out.
         assert _wait_state(rig, 'unconfigured', 5), rig.driver.state()
         log = _node_log(rig)
-        assert 'real-time process lost: the real-time process exited: it lost its node' in log
+        assert 'real-time process ended (node lost), motor confirmed off by it' in log, log[-3000:]
 
 
 def test_a_frozen_control_host_is_caught_by_the_firmware_deadman(control_rig):

@@ -158,8 +158,8 @@ def test_learner_killed_mid_run_control_keeps_rate_on_the_last_policy_and_a_rest
     from safetensors.numpy import load_file
     from std_msgs.msg import Float64MultiArray, UInt8MultiArray
 
-    from rip_control.control_node import WEIGHTS_QOS
     from rip_control.policy import decode_actor
+    from rip_control.qos import WEIGHTS_QOS
     from rip_learner.sac import CHECKPOINT_FILE
 
     rig = control_rig(episode_seconds=2.0)

@@ -1,0 +1,81 @@
+"""The timing floor of this machine: the bare single-threaded pacer process.
+
+``python -m rip_control.rt.floor --rate 100 --seconds 60 --cpu 1 --out floor.npz``
+
+One Python thread, SCHED_FIFO, pinned, memory locked, collector off, the same two-stage
+pacer as the control loop, and a 64x64 MLP forward pass per tick - no serial I/O, no
+channels. ``bench timing --baseline floor`` runs it under the same load as the control node,
+so every figure of the node is also reported as a ratio to what this machine can do at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import io
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from rip_control.files import atomic_write_bytes
+from rip_control.pacer import Pacer
+from rip_control.policy import random_actor
+from rip_control.realtime import is_fifo, lock_memory, pin_to_cpu, set_fifo
+
+
+def run(rate_hz: float, seconds: float, cpu: int, fifo_priority: int) -> dict[str, Any]:
+    """Tick for ``seconds``; the per-tick dt, overrun and previous work."""
+    notes = [lock_memory() or 'memory locked', pin_to_cpu(cpu) or f'cpu {cpu}']
+    if fifo_priority > 0:
+        notes.append(set_fifo(fifo_priority) or f'SCHED_FIFO {fifo_priority}')
+    actor = random_actor(5, 1, (64, 64), rate_hz)
+    obs = np.zeros(5, np.float32)
+    rng = np.random.default_rng(0)
+    n = int(rate_hz * seconds)
+    dt = np.zeros(n)
+    overrun = np.zeros(n)
+    work = np.zeros(n)
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    pacer = Pacer(1.0 / rate_hz)
+    last_release = pacer.start()
+    work_end = last_release
+    for i in range(n):
+        work_end = time.monotonic()
+        t = pacer.wait()
+        work[i] = work_end - last_release
+        last_release = t.tick_time_s + t.overrun_s
+        dt[i], overrun[i] = t.dt_s, t.overrun_s
+        actor.act(obs, rng.standard_normal(1).astype(np.float32))
+    gc.enable()
+    print('floor: ' + ', '.join(notes), flush=True)
+    return {
+        'dt_s': dt,
+        'overrun_s': overrun,
+        'prev_work_s': work,
+        'fifo': np.bool_(is_fifo()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line."""
+    p = argparse.ArgumentParser(prog='rip_control.rt.floor', description=__doc__)
+    p.add_argument('--rate', type=float, required=True)
+    p.add_argument('--seconds', type=float, required=True)
+    p.add_argument('--cpu', type=int, default=max(os.sched_getaffinity(0)))
+    p.add_argument('--fifo', type=int, default=80)
+    p.add_argument('--out', required=True, help='.npz with the per-tick figures')
+    a = p.parse_args(argv)
+    arrays = run(a.rate, a.seconds, a.cpu, a.fifo)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write_bytes(a.out, buf.getvalue())
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -82,7 +82,7 @@ def _supervisor_exited(event, context):
 def _actions(context):
     """The plan's processes as launch actions, started in the runner's order."""
     given = {a.name: LaunchConfiguration(a.name).perform(context) for a in LAUNCH_ARGUMENTS}
-    specs, _ = plan(given)  # a bad argument raises here, before any process starts
+    specs, values = plan(given)  # a bad argument raises here, before any process starts
     emulators, learners, controls = [], [], []
     for spec in specs:
         if spec.executable == 'rig_emulator':
@@ -128,6 +128,7 @@ def _actions(context):
             'controls:=' + ','.join(spec.fqn for spec, _ in controls),
             f'episodes:={episodes}',
             f'learn:={"true" if learners else "false"}',
+            f'violation_restarts:={values["violation_restarts"]}',
         ],
         output='screen',
     )

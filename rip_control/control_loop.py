@@ -240,8 +240,9 @@ class ControlLoop:
         self._clean_streak = 0
         self._errors_in_row = 0
         try:
-            env.begin_reset()
-            self._enter(Phase.RESETTING)
+            # The first engage too happens on a tick, inside the serial-error handling: a rig
+            # slow to answer it once is retried like any other tick, not a failed activation.
+            self._enter(Phase.BEGIN_RESET)
             last_release = pacer.start()
             while self.phase is not Phase.STOPPING:
                 work_end = time.monotonic()

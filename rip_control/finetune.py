@@ -274,6 +274,7 @@ class _Monitor:
         self.control: dict[str, str] = {}
         self.control_message = ''
         self.activated = False
+        self.restarts = 0  # re-activations after a timing violation
         node.create_subscription(
             Float64MultiArray, f'{control_fqn}/episode', self._on_episode, 100
         )
@@ -311,6 +312,40 @@ class _Monitor:
     def control_left_active(self) -> bool:
         """The control node was active and is not any more (the runner did not ask)."""
         return self.activated and self.control.get('lifecycle_state') not in (None, 'active')
+
+
+def check_still_active(
+    fqn: str, mon: _Monitor, driver: Any, restarts_allowed: int, say: Callable[[str], None]
+) -> None:
+    """Act on a control node that left active on its own (the runner and the supervisor).
+
+    A timing violation is the 3-strike rule doing its job: the motor is off and the
+    violating ticks' transitions were withdrawn, so the rig is re-activated (a new episode
+    from a reset), up to ``restarts_allowed`` times per rig, each said out loud. Anything else
+    (a serial failure, a vanished rig, a lost real-time process) ends the run.
+
+    :raises RunFailed: naming the node and the reason.
+    """
+    if not mon.control_left_active():
+        return
+    if driver.state(timeout_s=2.0) == 'active':
+        mon.control = {}  # a stale report from before the activation
+        return
+    reason = mon.control_message or 'no reason given'
+    if 'TimingViolation' in reason and mon.restarts < restarts_allowed:
+        mon.restarts += 1
+        say(
+            f'{fqn}: {reason.removeprefix("stopped: ")}; motor disengaged, its unconfirmed '
+            f'transitions withdrawn; re-activating ({mon.restarts} of {restarts_allowed} '
+            'restarts, violation_restarts:=N)'
+        )
+        if not driver.change('activate'):
+            raise RunFailed(f'{fqn} refused to re-activate after a timing violation')
+        mon.control = {}
+        return
+    if 'TimingViolation' in reason and restarts_allowed:
+        reason += f' (after {mon.restarts} restarts)'
+    raise RunFailed(f'{fqn} left active on its own: {reason} (motor disengaged)')
 
 
 def run(
@@ -356,6 +391,7 @@ def _run(
 
     rng, domain = ensure_loopback_dds()
     specs, values = plan(args, pid=os.getpid(), learn=learn)
+    restarts = int(values['violation_restarts'])
     control_specs = [s for s in specs if s.executable == 'control_node']
     control_spec = control_specs[0]
     learner_spec = next((s for s in specs if s.label == 'learner'), None)
@@ -445,14 +481,7 @@ def _run(
                 for spec, mon, driver in zip(control_specs, monitors, drivers, strict=True):
                     # The diagnostics hint (they may predate the activation); the node's own
                     # lifecycle service decides.
-                    if mon.control_left_active():
-                        if driver.state(timeout_s=2.0) == 'active':
-                            mon.control = {}  # a stale report from before the activation
-                            continue
-                        raise RunFailed(
-                            f'{spec.fqn} left active on its own: '
-                            f'{mon.control_message or "no reason given"} (motor disengaged)'
-                        )
+                    check_still_active(spec.fqn, mon, driver, restarts, _say)
                 if episodes and all(len(m.episodes) >= episodes for m in monitors):
                     if complete is None or complete(episodes):
                         if learner_spec is not None:

@@ -206,6 +206,13 @@ LAUNCH_ARGUMENTS = (
         kind=Param('rigs', 1, 'number of rigs', 1, 16),
     ),
     LaunchArgument(
+        'violation_restarts',
+        '2',
+        'after a timing violation (motor off, its transitions withdrawn) re-activate the rig '
+        'up to this many times per rig; 0: a violation ends the run',
+        kind=Param('violation_restarts', 2, 'restarts after a timing violation', 0, 1000),
+    ),
+    LaunchArgument(
         'emulator_link',
         '/tmp/rip_rig',
         'where the emulator links its pty',

@@ -33,10 +33,18 @@ OPTIONS = (
     Param('episodes', 0, 'episodes each rig runs (0: until stopped)', 0, 1_000_000),
     Param('learn', True, 'a learner receives the transitions'),
     Param('match_timeout_s', 180.0, 'bound on the wait for the learner to match', 1.0, 3600.0),
+    Param('violation_restarts', 2, 're-activations after a timing violation, per rig', 0, 1000),
 )
 
 
-def supervise(node: Any, controls: list[str], episodes: int, learn: bool, match_s: float) -> None:
+def supervise(
+    node: Any,
+    controls: list[str],
+    episodes: int,
+    learn: bool,
+    match_s: float,
+    restarts: int = 0,
+) -> None:
     """Configure, activate on match, run the episodes, hand over to the learner.
 
     :raises RunFailed: naming the node and the reason.
@@ -48,6 +56,7 @@ def supervise(node: Any, controls: list[str], episodes: int, learn: bool, match_
         _hand_over_to_learner,
         _Monitor,
         _wait_until,
+        check_still_active,
     )
     from rip_control.lifecycle_driver import LifecycleDriver
 
@@ -77,14 +86,7 @@ def supervise(node: Any, controls: list[str], episodes: int, learn: bool, match_
     while not (episodes and all(len(m.episodes) >= episodes for m in monitors)):
         rclpy.spin_once(node, timeout_sec=0.1)
         for fqn, mon, driver in zip(controls, monitors, drivers, strict=True):
-            if mon.control_left_active():
-                if driver.state(timeout_s=2.0) == 'active':
-                    mon.control = {}  # a report from before the activation
-                    continue
-                raise RunFailed(
-                    f'{fqn} left active on its own: '
-                    f'{mon.control_message or "no reason given"} (motor disengaged)'
-                )
+            check_still_active(fqn, mon, driver, restarts, node.get_logger().warning)
     if learn:
         got = _hand_over_to_learner(node, drivers, monitors)
         unmatched = sum(int(m.control.get('transitions_unmatched', 0)) for m in monitors)
@@ -127,7 +129,14 @@ def _main(argv: list[str]) -> int:
     rclpy.init(args=['--ros-args', *ros_args[1:]], signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node(f'rip_supervisor_{os.getpid()}')
     try:
-        supervise(node, controls, opts['episodes'], opts['learn'], opts['match_timeout_s'])
+        supervise(
+            node,
+            controls,
+            opts['episodes'],
+            opts['learn'],
+            opts['match_timeout_s'],
+            opts['violation_restarts'],
+        )
         node.get_logger().info('episodes done, motors off, learner has every transition')
         return 0
     except RunFailed as exc:

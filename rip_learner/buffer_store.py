@@ -15,10 +15,8 @@ its temporary file, which the next save removes).
 from __future__ import annotations
 
 from dataclasses import dataclass
-import glob
 import hashlib
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ import numpy as np
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
+from rip_control.files import atomic_write_bytes
 from rip_control.policy import PolicyRejected, read_metadata
 
 BUFFER_FILE = 'replay_buffer.safetensors'  # in a run folder
@@ -56,67 +55,6 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
         h.update(name.encode())
         h.update(np.ascontiguousarray(arrays[name]).tobytes())
     return h.hexdigest()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        pass
-    return True
-
-
-def remove_stale_temps(path: str | Path) -> list[Path]:
-    """Delete the temporary files of saves to ``path`` whose writer process is dead.
-
-    A writer killed mid-save (SIGKILL, power loss) leaves its ``.<name>.<pid>.tmp`` behind;
-    nothing reads it, but a learner killed now and then would fill the disk with copies of
-    its buffer. A temp file of a live process (a save in progress) is left alone.
-
-    :returns: the files removed.
-    """
-    path = Path(path)
-    removed = []
-    prefix = f'.{path.name}.'
-    for tmp in path.parent.glob(f'{glob.escape(prefix)}*.tmp'):
-        pid_text = tmp.name[len(prefix) : -len('.tmp')]
-        if not pid_text.isdigit() or _pid_alive(int(pid_text)):
-            continue
-        try:
-            tmp.unlink()
-            removed.append(tmp)
-        except FileNotFoundError:  # another writer cleaned it up first
-            pass
-    return removed
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves either the old or the new file.
-
-    The data goes to ``.<name>.<pid>.tmp`` beside ``path`` (fsynced), which is then renamed
-    over ``path`` and the directory fsynced. Temp files that killed writers left behind are
-    removed first (:func:`remove_stale_temps`).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(path)
-    tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
-    try:
-        with open(tmp, 'wb') as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def extract(rb: Any) -> dict[str, np.ndarray]:

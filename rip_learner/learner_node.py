@@ -40,11 +40,12 @@ from rclpy.node import Node
 from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
 from rip_control.bags import BagRejected, read_transitions
-from rip_control.control_node import TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.env import ACTION_SIZE, OBS_SIZE
+from rip_control.files import atomic_write_bytes
 from rip_control.node_params import declare, spin_until_shutdown
 from rip_control.params import LEARNER_PARAMETERS
 from rip_control.policy import PolicyRejected, encode_actor, load_actor_file
+from rip_control.qos import TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.transitions import Transition, TransitionRejected, check_period, unpack
 from rip_learner import buffer_store
 from rip_learner.buffer_store import (
@@ -52,7 +53,6 @@ from rip_learner.buffer_store import (
     BufferMeta,
     BufferRejected,
     RunFolderInUse,
-    atomic_write_bytes,
     check_run_dir_is_free,
 )
 from rip_learner.sac import (

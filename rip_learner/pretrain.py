@@ -40,10 +40,10 @@ import numpy as np
 from rip_control.dynamics import PendulumParams
 from rip_control.env import SimRotaryInvertedPendulumEnv, TaskConfig
 from rip_control.evaluation import EpisodeMetrics, episode_metrics, summarize
+from rip_control.files import atomic_write_bytes
 from rip_control.launching import help_requested, parse_options
 from rip_control.params import Param
 from rip_control.policy import encode_actor
-from rip_learner.buffer_store import atomic_write_bytes
 from rip_learner.sac import (
     CHECKPOINT_FILE,
     SacConfig,

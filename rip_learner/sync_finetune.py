@@ -24,10 +24,10 @@ import gymnasium as gym
 import numpy as np
 
 from rip_control.env import ACTION_SIZE, OBS_SIZE, RealRotaryInvertedPendulumEnv, TaskConfig
+from rip_control.files import atomic_write_bytes
 from rip_control.policy import encode_actor, load_actor_file
 from rip_control.protocol import ErrorCode
 from rip_control.rig_client import LowLevelClient, RigProtocolError, RigTimeout
-from rip_learner.buffer_store import atomic_write_bytes
 from rip_learner.sac import (
     SacConfig,
     actor_meta,

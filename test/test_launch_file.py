@@ -283,6 +283,10 @@ def test_a_rig_fault_ends_the_launch_with_status_1_naming_it(install_prefix, tmp
     code = launch.wait(120)
     assert code == 1, launch.text()
     launch.wait_for(r'FAILED: /rip_control left active on its own: .*TimingViolation', 1)
+    # A violation is first met by re-activating the rig (violation_restarts:=2 by default);
+    # the injected fault trips every activation, so the third trip ends the launch.
+    assert launch.text().count('re-activating (') == 2, launch.text()
+    assert 'after 2 restarts' in launch.text()
     assert 'disengaged command' in launch.events(), launch.events()
     for pid in launch.pids():
         assert not _alive(pid), f'process {pid} outlived the launch'

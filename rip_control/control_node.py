@@ -132,6 +132,8 @@ class ControlNode(LifecycleNode):
         self._fault_count = 0
         self._rt_lost: str = ''  # why the real-time process is gone (set once)
         self._rt_lost_handled = threading.Event()  # ... and the node's own disengage is done
+        self._rt_quitting = False  # the node ended it (cleanup): its exit is no loss
+        self._rt_lock = threading.Lock()  # weights handed over vs. the mapping released
         self._pump_thread: threading.Thread | None = None
         self._pump_stop = threading.Event()
         self._stop_replies = 0  # 'stopped' events received (pump thread writes)
@@ -245,6 +247,7 @@ class ControlNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         self._settings, self._rt = s, rt
         self._rt_lost = ''
+        self._rt_quitting = False
         self._rt_lost_handled.clear()
         self._exit_event = {}
         self._fault = None
@@ -347,11 +350,14 @@ class ControlNode(LifecycleNode):
         SUCCESS: inactive. ERROR if the real-time process is lost (error processing then
         releases everything: unconfigured).
         """
-        self._stop_control()
+        confirmed = self._stop_control()
         self._write_trace()
         if self._rt_lost:
             return TransitionCallbackReturn.ERROR
-        self.get_logger().info('deactivated: motor disengaged')
+        if confirmed:
+            self.get_logger().info('deactivated: motor disengaged')
+        else:
+            self.get_logger().error('deactivated: the rig did not confirm the disengage')
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -392,10 +398,9 @@ class ControlNode(LifecycleNode):
             return True
         if not self._rt_lost and rt.poll() is None:
             with self._stop_reply:
-                seen = self._stop_replies
-                rt.command('stop')
+                cid = rt.command('stop')
                 answered = self._stop_reply.wait_for(
-                    lambda: self._stop_replies > seen or bool(self._rt_lost),
+                    lambda: cid in self._last_stop.get('ids', ()) or bool(self._rt_lost),
                     STOP_REPLY_TIMEOUT_S,
                 )
             if answered and not self._rt_lost:
@@ -435,7 +440,7 @@ class ControlNode(LifecycleNode):
         Called once (the first caller wins); from the pump thread or a stopping executor.
         """
         with self._stop_reply:
-            if self._rt_lost:
+            if self._rt_lost or self._rt_quitting:
                 return
             self._rt_lost = why
             self._stop_reply.notify_all()
@@ -475,7 +480,9 @@ class ControlNode(LifecycleNode):
     def _release(self) -> None:
         rt = self._rt
         if rt is not None:
-            if not self._rt_lost:
+            with self._stop_reply:
+                self._rt_quitting = not self._rt_lost  # from here its exit is ours
+            if self._rt_quitting:
                 code = rt.stop_process()
                 if code not in (0, None):
                     self.get_logger().warning(
@@ -485,8 +492,9 @@ class ControlNode(LifecycleNode):
         self._destroy_entities()
         if rt is not None:
             rt.kill()
-            rt.close()
-            self._rt = None
+            with self._rt_lock:
+                rt.close()
+                self._rt = None
         if self._csv is not None:
             self._csv.close()
             self._csv = None
@@ -530,6 +538,9 @@ class ControlNode(LifecycleNode):
         thread = self._pump_thread
         if thread is not None and thread.is_alive() and thread is not threading.current_thread():
             thread.join(timeout=5.0)
+        if thread is not None and thread.is_alive():
+            self.get_logger().error('pump thread did not stop; its rings are left undrained')
+            return
         self._pump_thread = None
         if self._rt is not None and self._rt.ch is not None:
             # Whatever the loop produced before it stopped: files always, topics while ROS lives.
@@ -573,6 +584,7 @@ class ControlNode(LifecycleNode):
         s, rt = self._settings, self._rt
         if s is None or rt is None or rt.ch is None or not self._entities:
             return
+        rt.status_from_pump()  # first: the hung-loop watchdog reads it whatever fails below
         for raw in rt.transitions_from_pump():
             if not publish:
                 self._transitions_unsent += 1
@@ -597,9 +609,13 @@ class ControlNode(LifecycleNode):
                 msg64.layout.dim = self._tick_dims
                 msg64.data = [dt_s * 1e3, overrun_s * 1e3]
                 self._tick_pub.publish(msg64)
-        rt.status_from_pump()
         for ev in rt.events_from_pump():
-            self._on_event(ev, publish)
+            try:
+                self._on_event(ev, publish)
+            except Exception as exc:  # noqa: BLE001 - one bad event must not lose the others
+                if not self.context.ok():
+                    raise
+                self.get_logger().error(f'event {ev.get("event")!r}: {type(exc).__name__}: {exc}')
 
     def _on_event(self, ev: dict[str, Any], publish: bool) -> None:
         kind = ev.get('event')
@@ -609,13 +625,16 @@ class ControlNode(LifecycleNode):
             self._on_episode(EpisodeSummary(**fields), publish=publish)
         elif kind == 'stopped':
             fault = ev.get('fault')
-            if fault:
+            if fault and int(ev.get('activation', 0)) > self._activation_base:
                 self._fault = _LoopFault(fault['type'], fault['message'])
                 self._fault_count += 1
                 self._fault_guard.trigger()
             with self._stop_reply:
                 self._last_stop = ev
-                if ev.get('confirmed'):
+                # A run's own end (activation after ours) or an answer to a stop confirms the
+                # motor off; a late report of an earlier run's end says nothing about this one.
+                current = int(ev.get('activation', 0)) > self._activation_base
+                if ev.get('confirmed') and (ev.get('ids') or current):
                     self._motor_confirmed_off = True
                 self._stop_replies += 1
                 self._stop_reply.notify_all()
@@ -708,8 +727,12 @@ class ControlNode(LifecycleNode):
     # -- weights ---------------------------------------------------------------------------
 
     def _on_weights(self, msg: UInt8MultiArray) -> None:
+        with self._rt_lock:  # the mapping stays while the weights go in
+            self._take_weights(msg)
+
+    def _take_weights(self, msg: UInt8MultiArray) -> None:
         s, rt = self._settings, self._rt
-        if s is None or rt is None or self._rt_lost:
+        if s is None or rt is None or rt.ch is None or self._rt_lost:
             return
         try:
             actor = decode_actor(

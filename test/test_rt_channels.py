@@ -208,3 +208,23 @@ def test_word_is_shared_between_views(shared):
     assert w2.read() == 2**63 + 5
     del w2
     other.close()
+
+
+def test_latest_falls_back_to_the_previous_value_when_the_newest_is_seen_half_written(shared):
+    # What a weakly ordered reader (aarch64) may see: the new sequence number before the
+    # payload, i.e. a slot that claims to be newest with bytes of an older value in it.
+    _, _, box = shared
+    box.write(b'first value')
+    box.write(b'second value')
+    off = box._offs[2 % 2]  # the slot the second write went to
+    box._buf[off + 16 : off + 16 + 12] = b'XXXXXXXXXXXX'  # its payload not visible yet
+    assert box.read() == (1, b'first value')  # the previous complete value, never the torn
+    assert box.n_torn == 1
+    box._buf[off + 16 : off + 16 + 12] = b'second value'  # the rest of the write lands
+    assert box.read() == (2, b'second value')
+
+
+def test_a_ring_producer_never_trusts_a_tail_beyond_its_head(shared):
+    _, ring, _ = shared
+    struct.pack_into('<Q', ring._buf, ring._tail_off, 10**6)  # a corrupt consumer index
+    assert not ring.push(b'x') and ring.n_full == 1  # refused, counted, nothing overwritten

@@ -20,8 +20,9 @@ matches what it copied. On x86-64 (TSO) stores become visible in program order a
 aarch64 (weakly ordered) the reader may see the new ``seq`` before the new payload, or half
 of each: the CRC then does not match, the reader counts a torn read, keeps what it had
 and looks again later (it never acts on a partial record). A torn record passes a CRC-32
-by chance with probability 2^-32 per torn read, and torn reads are themselves rare (the
-reader must catch the writer mid-record).
+by chance with probability about 2^-32 per torn read (a heuristic: the figure assumes
+random data), and torn reads are themselves rare (the reader must catch the writer
+mid-record).
 
 The one ordering that matters the other way - a producer must not overwrite a slot the
 consumer is still copying - is carried by dependencies that both architectures respect:
@@ -31,7 +32,10 @@ loads are satisfied, x86 never reorders loads with later stores), and the produc
 a slot only after reading a ``tail`` that frees it (again a store control-dependent on a
 load). Every multi-byte counter that is read without a CRC (``tail``, :class:`Word`) is
 naturally aligned and 8 bytes wide, which both architectures read and write as a single
-copy (no torn counters).
+copy - provided the access is one 8-byte load or store, which is what CPython's ``struct``
+does for ``'<Q'`` on a little-endian machine (a native ``memcpy`` of 8 aligned bytes); an
+implementation detail we rely on and state here. A producer never trusts a ``tail`` beyond
+its own ``head``.
 
 Each channel object is a view: both processes build the same channel over the same bytes
 (the same offset in the mapping); each side calls only the methods named for it.
@@ -131,7 +135,7 @@ class Ring:
             raise ValueError(f'record of {n} bytes exceeds the ring slot of {self.max_record}')
         tail = _U64.unpack_from(self._buf, self._tail_off)[0]
         head = self._head
-        if head - tail >= self.capacity:
+        if tail > head or head - tail >= self.capacity:  # (a tail beyond head: never trust it)
             self.n_full += 1
             return False
         off = self._slot(head)
@@ -217,7 +221,9 @@ class Latest:
         seq = self._seq + 1
         off = self._offs[seq % 2]
         buf = self._buf
-        _U64.pack_into(buf, off, 0)  # invalidate first: a reader now sees nothing here
+        # Invalidate first: on x86 a reader then sees nothing here until the value is whole;
+        # on aarch64 this store may become visible after the payload's, and the CRC catches it.
+        _U64.pack_into(buf, off, 0)
         buf[off + SLOT_HEADER_BYTES : off + SLOT_HEADER_BYTES + n] = value
         struct.pack_into('<II', buf, off + 8, n, _crc(seq, value))
         _U64.pack_into(buf, off, seq)
@@ -277,7 +283,7 @@ class SharedMemory:
     def __init__(self, size: int, fd: int | None = None) -> None:
         size = _align(size, mmap.PAGESIZE)
         if fd is None:
-            fd = os.memfd_create('rip_control_rt', 0)  # not CLOEXEC-free: passed explicitly
+            fd = os.memfd_create('rip_control_rt', os.MFD_CLOEXEC)  # a child gets it via pass_fds
             os.ftruncate(fd, size)
         self.fd = fd
         self.size = size

@@ -8,11 +8,13 @@ may be called from any node thread.
 from __future__ import annotations
 
 from dataclasses import asdict
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -103,6 +105,9 @@ class RtProcess:
             'sizes': asdict(self.sizes),
         }
         self.proc: subprocess.Popen[bytes] | None = None
+        self._command_lock = threading.Lock()  # the commands ring has one producer at a time
+        self._ids = itertools.count(1)
+        self._spawner_done = threading.Event()
         self._beat = 0
         self.ready: dict[str, Any] = {}
         self.status = RtStatus()
@@ -128,7 +133,8 @@ class RtProcess:
             '--config',
             json.dumps(self._config),
         ]
-        self.proc = subprocess.Popen(cmd, env=env, pass_fds=(self._shm.fd,))
+        self._spawn(cmd, env)
+        assert self.proc is not None
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
             self.beat()
@@ -146,6 +152,29 @@ class RtProcess:
         self.kill()
         raise RtStartFailed(f'the real-time process was not ready after {timeout_s:g} s')
 
+    def _spawn(self, cmd: list[str], env: dict[str, str]) -> None:
+        """Start the process from a thread that lives as long as this handle.
+
+        The child asks for SIGTERM on its parent's death (``PR_SET_PDEATHSIG``), which Linux
+        ties to the *thread* that forked it: an executor worker that exited would kill a
+        running loop. This thread ends only at :meth:`close`, after the child has exited.
+        """
+        started = threading.Event()
+        failure: list[BaseException] = []
+
+        def spawner() -> None:
+            try:
+                self.proc = subprocess.Popen(cmd, env=env, pass_fds=(self._shm.fd,))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                failure.append(exc)
+            started.set()
+            self._spawner_done.wait()
+
+        threading.Thread(target=spawner, name='rip-rt-spawner', daemon=True).start()
+        started.wait()
+        if failure:
+            raise RtStartFailed(f'could not start the real-time process: {failure[0]}')
+
     # -- any thread -------------------------------------------------------------------------
 
     def beat(self) -> None:
@@ -153,9 +182,18 @@ class RtProcess:
         self._beat += 1
         self.ch.node_beat.write(self._beat)
 
-    def command(self, cmd: str, **fields: Any) -> bool:
-        """Send ``activate``, ``stop`` or ``quit``; whether the ring took it."""
-        return self.ch.commands.push(encode_json({'cmd': cmd, **fields}))
+    def command(self, cmd: str, **fields: Any) -> int:
+        """Send ``activate``, ``stop`` or ``quit``; its id, or 0 if the ring was full.
+
+        A ``stopped`` event echoes the ids of the stops it answers.
+        """
+        with self._command_lock:
+            if self.ch is None:
+                return 0
+            cid = next(self._ids)
+            return (
+                cid if self.ch.commands.push(encode_json({'cmd': cmd, 'id': cid, **fields})) else 0
+            )
 
     def write_weights(self, actor: NumpyActor) -> None:
         """Hand a validated, newer actor to the loop (it swaps at its next tick).
@@ -209,9 +247,11 @@ class RtProcess:
         return self.proc.returncode
 
     def close(self) -> None:
-        """Release the mapping (the process must have exited)."""
-        self.ch = None  # type: ignore[assignment]
+        """Release the mapping (the process must have exited); ends the spawner thread."""
+        with self._command_lock:
+            self.ch = None  # type: ignore[assignment]
         self._shm.close()
+        self._spawner_done.set()
 
     # -- the pump thread --------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass, fields
 import json
 import struct
+import typing
 from typing import Any, ClassVar
 
 import numpy as np
@@ -112,8 +113,9 @@ class RtStatus:
         return self.PHASES[self.phase] if 0 <= self.phase < len(self.PHASES) else '?'
 
 
+_HINTS = typing.get_type_hints(RtStatus)
 RtStatus._STRUCT = struct.Struct(
-    '<' + ''.join('d' if f.type == 'float' else 'q' for f in fields(RtStatus))
+    '<' + ''.join('d' if _HINTS[f.name] is float else 'q' for f in fields(RtStatus))
 )
 
 

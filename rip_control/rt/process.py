@@ -127,6 +127,7 @@ class RtControl:
         self.quit = False
         self.node_lost = False
         self._stop_run = False
+        self._stop_ids: list[Any] = []  # ids of the stop commands the next 'stopped' answers
         self._activate: dict[str, Any] | None = None
         self._node_beat = (ch.node_beat.read(), time.monotonic())
         self.actor: NumpyActor | None = None
@@ -163,6 +164,7 @@ class RtControl:
             self._activate = cmd
         elif kind == 'stop':
             self._stop_run = True
+            self._stop_ids.append(cmd.get('id'))
         elif kind == 'quit':
             self.quit = True
         else:
@@ -273,7 +275,6 @@ class RtControl:
         )
         self.status.activation += 1
         self.status.motor_confirmed_off = 0
-        self._stop_run = False
         fault: dict[str, str] | None = None
         try:
             loop.run(_Stop(self), after_tick=self.write_status)
@@ -288,7 +289,16 @@ class RtControl:
         self.status.motor_confirmed_off = int(confirmed)
         self.status.phase = RtStatus.PHASES.index('idle')
         self.write_status()
-        self.event('stopped', fault=fault, confirmed=confirmed, detail=detail)
+        answers, self._stop_ids = self._stop_ids, []
+        self._stop_run = False  # the stop (if one ended the run) is answered here
+        self.event(
+            'stopped',
+            fault=fault,
+            confirmed=confirmed,
+            detail=detail,
+            ids=answers,
+            activation=self.status.activation,
+        )
 
     def read_from_rt(self) -> NumpyActor:
         """The policy hand-off the loop reads once per tick (see :meth:`swap_weights`)."""
@@ -301,15 +311,24 @@ class RtControl:
             stop = self.poll_stop()
             if self._activate is not None and not (self.signalled or self.quit or self.node_lost):
                 cmd, self._activate = self._activate, None
-                self.run_once(int(cmd.get('first_episode', 0)))
-                continue
+                if not self._stop_run:  # (a stop that came after it: the run never begins)
+                    self.run_once(int(cmd.get('first_episode', 0)))
+                    continue
             if self._stop_run:  # a stop while idle: disengage again, answer
                 self._stop_run = False
                 confirmed, detail = self.disengage()
                 if confirmed:
                     self.status.motor_confirmed_off = 1
                 self.write_status()
-                self.event('stopped', fault=None, confirmed=confirmed, detail=detail)
+                answers, self._stop_ids = self._stop_ids, []
+                self.event(
+                    'stopped',
+                    fault=None,
+                    confirmed=confirmed,
+                    detail=detail,
+                    ids=answers,
+                    activation=self.status.activation,
+                )
                 continue
             if stop:
                 break
@@ -354,10 +373,13 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     config = json.loads(a.config)
     rt_holder: list[RtControl] = []
+    early: list[int] = []  # a signal before the state exists is kept, not lost
 
     def on_signal(signum: int, frame: object) -> None:
         if rt_holder:
             rt_holder[0].signalled = True
+        else:
+            early.append(signum)
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
@@ -367,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     shm = SharedMemory(RtChannels.bytes_needed(sizes), fd=a.fd)
     ch = RtChannels(shm.buf, sizes)
     rt = RtControl(ch, config)
+    rt.signalled = bool(early)
     rt_holder.append(rt)
     logging.basicConfig(level=logging.WARNING, handlers=[_EventLog(rt)], force=True)
     rt.write_status()

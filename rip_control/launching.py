@@ -207,10 +207,10 @@ LAUNCH_ARGUMENTS = (
     ),
     LaunchArgument(
         'violation_restarts',
-        '2',
+        '5',
         'after a timing violation (motor off, its transitions withdrawn) re-activate the rig '
         'up to this many times per rig; 0: a violation ends the run',
-        kind=Param('violation_restarts', 2, 'restarts after a timing violation', 0, 1000),
+        kind=Param('violation_restarts', 5, 'restarts after a timing violation', 0, 1000),
     ),
     LaunchArgument(
         'emulator_link',

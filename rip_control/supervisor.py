@@ -33,7 +33,7 @@ OPTIONS = (
     Param('episodes', 0, 'episodes each rig runs (0: until stopped)', 0, 1_000_000),
     Param('learn', True, 'a learner receives the transitions'),
     Param('match_timeout_s', 180.0, 'bound on the wait for the learner to match', 1.0, 3600.0),
-    Param('violation_restarts', 2, 're-activations after a timing violation, per rig', 0, 1000),
+    Param('violation_restarts', 5, 're-activations after a timing violation, per rig', 0, 1000),
 )
 
 

@@ -140,6 +140,11 @@ def control_rig(ros_node, start_emulator, tmp_path):
             'allow_random_policy': True,
             'episode_seconds': 1.0,
             'max_action_v': 1.0,  # a random policy at 1 V keeps the arm inside its limits
+            # Strikes count from 20 ms, not the 5 ms default: on a shared CI VM even the bare
+            # pacer process wakes up to ~20 ms late now and then (bench timing's floor), and
+            # a trip would end a test about something else. The 3-strike rule's own tests
+            # (and the benchmarks) run with the 5 ms contract.
+            'timing_violation_threshold_ms': 20.0,
             'run_name': name,
             'runs_dir': str(run_dir),
         }

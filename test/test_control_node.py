@@ -250,7 +250,12 @@ def test_watchdog_trip_withdraws_the_strike_ticks_transitions_disengages_and_can
     # in a row are more than 5 ms late. Only the first stretched tick's dt (~41 ms) is off by
     # more than 5 ms; the strike ticks' dt (~21.5 ms) passes the dt check, and only the
     # hold-back keeps their transitions off the topic.
-    rig = control_rig(fault_tick_delay_ms=21.0, fault_after_ticks=100, episode_seconds=3.0)
+    rig = control_rig(
+        fault_tick_delay_ms=21.0,
+        fault_after_ticks=100,
+        episode_seconds=3.0,
+        timing_violation_threshold_ms=5.0,  # the contract under test
+    )
     col = Collector(ros_node, rig.name)
     _active(rig)
     assert _spin_until(ros_node, lambda: rig.driver.state() == 'inactive', 15), (
@@ -308,7 +313,12 @@ def test_real_cpu_starvation_trips_the_watchdog_and_the_late_ticks_transitions_a
 
     cpu = max(os.sched_getaffinity(0))
     trace = tmp_path / 'ticks.npz'
-    rig = control_rig(control_cpu=cpu, tick_trace=str(trace), episode_seconds=2.0)
+    rig = control_rig(
+        control_cpu=cpu,
+        tick_trace=str(trace),
+        episode_seconds=2.0,
+        timing_violation_threshold_ms=5.0,  # the contract under test
+    )
     col = Collector(ros_node, rig.name)
     _active(rig)
     spin_for(ros_node, 1.5)  # clean ticks first (inside the first episode)
@@ -390,10 +400,10 @@ def test_v2_cpu_hog_and_weights_at_10hz_leave_timing_intact(control_rig, ros_nod
     col.close()
     dts = np.array([t.dt_s for t in col.transitions])
     assert len(dts) >= 100  # loose: how many ticks fit depends on resets and a loaded CI
-    assert abs(dts.mean() - PERIOD_S) < 1e-4
+    assert abs(dts.mean() - PERIOD_S) < 5e-4
     assert int(last['violations']) == 0
-    # Under the hog, at most a stray tick stretched by more than 5 ms (the benchmarks measure
-    # the rest): the dt check had next to nothing to drop.
+    # Under the hog, at most a stray tick stretched beyond the threshold (the benchmarks
+    # measure the rest): the dt check had next to nothing to drop.
     assert int(last['transitions_dropped_late']) <= 2, last
     _assert_accounted(col, last)
     assert int(last['policy_version']) >= 40
@@ -477,7 +487,12 @@ def test_isolated_dropped_frames_cost_one_timeout_each_and_end_the_broken_episod
 ):
     # Every 37th reply is dropped: a 10 ms timeout now and then, in episodes, in resets and
     # when a reset begins; never three in a row.
-    rig = control_rig(emulator_args=('--drop-every', '37'), episode_seconds=0.5)
+    # The 5 ms contract: no transition stretched beyond it may be published.
+    rig = control_rig(
+        emulator_args=('--drop-every', '37'),
+        episode_seconds=0.5,
+        timing_violation_threshold_ms=5.0,
+    )
     col = Collector(ros_node, rig.name)
     _active(rig)
 

@@ -278,13 +278,14 @@ def test_a_rig_fault_ends_the_launch_with_status_1_naming_it(install_prefix, tmp
             'episode_seconds:=3',
             f'params_file:={params}',
             f'emulator_link:={tmp_path / "rig"}',
+            'violation_restarts:=2',
         ],
     )
     code = launch.wait(120)
     assert code == 1, launch.text()
     launch.wait_for(r'FAILED: /rip_control left active on its own: .*TimingViolation', 1)
-    # A violation is first met by re-activating the rig (violation_restarts:=2 by default);
-    # the injected fault trips every activation, so the third trip ends the launch.
+    # A violation is first met by re-activating the rig (here twice); the injected fault trips
+    # every activation, so the third trip ends the launch.
     assert launch.text().count('re-activating (') == 2, launch.text()
     assert 'after 2 restarts' in launch.text()
     assert 'disengaged command' in launch.events(), launch.events()

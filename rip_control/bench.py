@@ -147,6 +147,20 @@ def _spin_for(node: Any, seconds: float, every_s: float, action: Any) -> None:
         rclpy.spin_once(node, timeout_sec=min(0.01, max(0.0, end - now)))
 
 
+def _machine() -> dict[str, Any]:
+    """What the timing figures depend on beyond the code: CPUs, kernel, idle polling."""
+    doc: dict[str, Any] = {'cpus': os.cpu_count(), 'platform': platform.platform()}
+    # In a VM, how long an idle vCPU polls before it halts (0: it halts at once, and a
+    # wake-up then waits for the hypervisor to run the vCPU again).
+    poll = Path('/sys/module/haltpoll/parameters/guest_halt_poll_ns')
+    if poll.exists():
+        doc['guest_halt_poll_ns'] = int(poll.read_text())
+    idle = Path('/sys/devices/system/cpu/cpuidle/current_driver')
+    if idle.exists():
+        doc['cpuidle_driver'] = idle.read_text().strip()
+    return doc
+
+
 def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
     """The ``timing`` benchmark; returns the JSON document."""
     import rclpy
@@ -176,7 +190,7 @@ def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
         'weights_hz': a.weights_hz,
         'emulator_cpu': a.emulator_cpu,
         'node_params': {k: v for k, v in params.items() if k not in ('runs_dir', 'tick_trace')},
-        'machine': {'cpus': os.cpu_count(), 'platform': platform.platform()},
+        'machine': _machine(),
     }
     rclpy.init()
     node = rclpy.create_node(f'rip_bench_{os.getpid()}')

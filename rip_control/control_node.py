@@ -110,6 +110,7 @@ class NodeSettings:
 
 PARAMETERS = CONTROL_PARAMETERS
 PUMP_PERIOD_S = 0.002
+PUMP_STALL_S = 0.02  # the pump itself late by this much: the host paused, not the loop
 STOP_REPLY_TIMEOUT_S = 2.0
 
 
@@ -133,6 +134,8 @@ class ControlNode(LifecycleNode):
         self._rt_lost: str = ''  # why the real-time process is gone (set once)
         self._rt_lost_handled = threading.Event()  # ... and the node's own disengage is done
         self._rt_quitting = False  # the node ended it (cleanup): its exit is no loss
+        self._pump_last = time.monotonic()  # when the pump last ran (the hung check's own clock)
+        self._pump_resumed = 0.0  # when the pump ran again after a stall of its own
         self._rt_lock = threading.Lock()  # weights handed over vs. the mapping released
         self._pump_thread: threading.Thread | None = None
         self._pump_stop = threading.Event()
@@ -572,7 +575,13 @@ class ControlNode(LifecycleNode):
             self._lose_rt(f'the real-time process {describe_exit(code)}')
             return
         st = rt.status
-        silence = time.monotonic() - st.written_at_s
+        now = time.monotonic()
+        if now - self._pump_last > PUMP_STALL_S:
+            # This thread did not run either (the whole host paused: a VM's vCPUs descheduled,
+            # a suspend): the process is not to blame for that gap, and gets its grace anew.
+            self._pump_resumed = now
+        self._pump_last = now
+        silence = now - max(st.written_at_s, self._pump_resumed)
         if st.written_at_s and silence > s.loop.hung_timeout_s + s.task.period_s:
             self._lose_rt(
                 f'the real-time process fell silent for {silence * 1e3:.0f} ms '

@@ -274,7 +274,9 @@ class _Monitor:
         self.control: dict[str, str] = {}
         self.control_message = ''
         self.activated = False
-        self.restarts = 0  # re-activations after a timing violation
+        self.restarts = 0  # re-activations after a timing violation, since the last episode
+        self.restarts_total = 0
+        self._episodes_at_trip = 0
         node.create_subscription(
             Float64MultiArray, f'{control_fqn}/episode', self._on_episode, 100
         )
@@ -321,8 +323,10 @@ def check_still_active(
 
     A timing violation is the 3-strike rule doing its job: the motor is off and the
     violating ticks' transitions were withdrawn, so the rig is re-activated (a new episode
-    from a reset), up to ``restarts_allowed`` times per rig, each said out loud. Anything else
-    (a serial failure, a vanished rig, a lost real-time process) ends the run.
+    from a reset), each time said out loud. Only ``restarts_allowed`` trips in a row with no
+    episode finished between them end the run: timing then is structurally broken, not a
+    passing hiccup. Anything else (a serial failure, a vanished rig, a lost real-time
+    process) ends the run at once.
 
     :raises RunFailed: naming the node and the reason.
     """
@@ -332,19 +336,23 @@ def check_still_active(
         mon.control = {}  # a stale report from before the activation
         return
     reason = mon.control_message or 'no reason given'
+    if len(mon.episodes) > mon._episodes_at_trip:
+        mon.restarts = 0  # an episode finished since the last trip
+    mon._episodes_at_trip = len(mon.episodes)
     if 'TimingViolation' in reason and mon.restarts < restarts_allowed:
         mon.restarts += 1
+        mon.restarts_total += 1
         say(
             f'{fqn}: {reason.removeprefix("stopped: ")}; motor disengaged, its unconfirmed '
-            f'transitions withdrawn; re-activating ({mon.restarts} of {restarts_allowed} '
-            'restarts, violation_restarts:=N)'
+            f'transitions withdrawn; re-activating (trip {mon.restarts} of at most '
+            f'{restarts_allowed} in a row without a finished episode, violation_restarts:=N)'
         )
         if not driver.change('activate'):
             raise RunFailed(f'{fqn} refused to re-activate after a timing violation')
         mon.control = {}
         return
     if 'TimingViolation' in reason and restarts_allowed:
-        reason += f' (after {mon.restarts} restarts)'
+        reason += f' ({mon.restarts} restarts in a row without a finished episode)'
     raise RunFailed(f'{fqn} left active on its own: {reason} (motor disengaged)')
 
 
@@ -673,6 +681,8 @@ def _summarise(
         # The control node's last report: what it published, and what reached nobody.
         'transitions_published': int(monitor.control.get('transitions_published', 0)),
         'transitions_unmatched': int(monitor.control.get('transitions_unmatched', 0)),
+        # Re-activations after a timing violation (each one a trip of the 3-strike rule).
+        'violation_restarts': monitor.restarts_total,
     }
     trace = run_dir / 'ticks.npz'
     if trace.exists():
@@ -701,6 +711,12 @@ def _summarise(
     lines.append(
         f'tick rate       {rate:.4f} Hz (target {values["rate"]}), violations '
         f'{summary.get("ticks", {}).get("n_violations", "?")}'
+        + (
+            f' in the last activation; re-activated {monitor.restarts_total} time(s) after '
+            'earlier ones'
+            if monitor.restarts_total
+            else ''
+        )
     )
     if monitor.learner:
         lines.append(

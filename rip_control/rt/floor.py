@@ -26,7 +26,9 @@ from rip_control.policy import random_actor
 from rip_control.realtime import is_fifo, lock_memory, pin_to_cpu, set_fifo
 
 
-def run(rate_hz: float, seconds: float, cpu: int, fifo_priority: int) -> dict[str, Any]:
+def run(
+    rate_hz: float, seconds: float, cpu: int, fifo_priority: int, spin_s: float = 0.001
+) -> dict[str, Any]:
     """Tick for ``seconds``; the per-tick dt, overrun and previous work."""
     notes = [lock_memory() or 'memory locked', pin_to_cpu(cpu) or f'cpu {cpu}']
     if fifo_priority > 0:
@@ -41,7 +43,7 @@ def run(rate_hz: float, seconds: float, cpu: int, fifo_priority: int) -> dict[st
     gc.collect()
     gc.freeze()
     gc.disable()
-    pacer = Pacer(1.0 / rate_hz)
+    pacer = Pacer(1.0 / rate_hz, spin_s=spin_s)
     last_release = pacer.start()
     work_end = last_release
     for i in range(n):
@@ -68,9 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument('--seconds', type=float, required=True)
     p.add_argument('--cpu', type=int, default=max(os.sched_getaffinity(0)))
     p.add_argument('--fifo', type=int, default=80)
+    p.add_argument('--spin-ms', type=float, default=1.0, help='busy-wait before each deadline')
     p.add_argument('--out', required=True, help='.npz with the per-tick figures')
     a = p.parse_args(argv)
-    arrays = run(a.rate, a.seconds, a.cpu, a.fifo)
+    arrays = run(a.rate, a.seconds, a.cpu, a.fifo, a.spin_ms / 1e3)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     atomic_write_bytes(a.out, buf.getvalue())

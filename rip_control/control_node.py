@@ -251,6 +251,7 @@ class ControlNode(LifecycleNode):
         self._settings, self._rt = s, rt
         self._rt_lost = ''
         self._rt_quitting = False
+        self._last_stop = {}  # answers of an earlier process answer nothing of this one
         self._rt_lost_handled.clear()
         self._exit_event = {}
         self._fault = None

@@ -34,6 +34,8 @@ from rip_control.rt.link import (
 )
 from rip_control.rt.process import EXIT_NODE_LOST, EXIT_START_FAILED, SINGLE_THREAD_ENV
 
+_COMMAND_IDS = itertools.count(1)
+
 
 class RtStartFailed(RuntimeError):
     """The real-time process did not come up; the message says why (its own words if any)."""
@@ -106,7 +108,7 @@ class RtProcess:
         }
         self.proc: subprocess.Popen[bytes] | None = None
         self._command_lock = threading.Lock()  # the commands ring has one producer at a time
-        self._ids = itertools.count(1)
+        self._ids = _COMMAND_IDS  # unique across processes of one node: no stale answer fits
         self._spawner_done = threading.Event()
         self._beat = 0
         self.ready: dict[str, Any] = {}

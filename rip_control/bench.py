@@ -620,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=-1,
         help='pin the emulator to this CPU (default -1: no pinning; measured: pinning it to '
-        'the control CPU makes the control thread wait behind it)',
+        'the control CPU makes the control loop wait behind it)',
     )
     t.add_argument(
         '--node-param',

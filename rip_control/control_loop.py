@@ -1,15 +1,15 @@
-"""The control thread's work, free of ROS: pace, read, act, hand off — every tick.
+"""The control loop's work, free of ROS: pace, read, act, hand off — every tick.
 
-:class:`ControlLoop.run` is the body of the control thread. Each tick it waits for its
-absolute deadline, checks the 3-strike rule, reads the rig, completes the previous
-transition, runs the policy snapshot and writes the action. Between episodes the same paced
-ticks drive the reset controller (not recorded, not policy-driven). It never waits on the
-learner, on DDS or on a lock a slow path can hold: transitions, tick samples and episode
-summaries leave through :class:`~rip_control.outbox.Outbox` deques.
+:class:`ControlLoop.run` is the body of the real-time process (:mod:`rip_control.rt.process`),
+its one thread. Each tick it waits for its absolute deadline, checks the 3-strike rule, reads
+the rig, completes the previous transition, runs the policy and writes the action. Between
+episodes the same paced ticks drive the reset controller (not recorded, not policy-driven);
+the phases are an explicit state machine (:class:`Phase`). It never waits on the learner, on
+DDS or on a lock a slow path can hold: transitions, tick samples and episode summaries leave
+through :class:`~rip_control.outbox.Outbox` objects whose items go into shared-memory rings.
 
 Every way out of :meth:`ControlLoop.run` — a stop request, a timing violation, a serial
-failure, a hung-loop trip, any exception — passes through one ``finally`` that disengages
-the motor.
+failure, any exception — passes through one ``finally`` that disengages the motor.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class SerialFailure(RuntimeError):
 
 @dataclass(frozen=True)
 class LoopConfig:
-    """Settings of the control thread (the task itself lives in the env's TaskConfig).
+    """Settings of the control loop (the task itself lives in the env's TaskConfig).
 
     :param timing_violation_threshold_s: overrun that counts as a strike; also the largest
         |dt - period| a transition may have and still be published.
@@ -160,7 +160,7 @@ class EpisodeSummary:
 
 
 class LoopStatus:
-    """Counters the control thread updates and other threads read (plain attribute reads)."""
+    """Counters the loop updates (the RT process copies them into its status record)."""
 
     def __init__(self) -> None:
         self.ticks = 0
@@ -432,7 +432,7 @@ class ControlLoop:
 
 
 class _Episode:
-    """Per-episode accumulators (control thread only)."""
+    """Per-episode accumulators (the loop's own)."""
 
     def __init__(self, settled: bool = True) -> None:
         self.settled = settled

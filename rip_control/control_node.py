@@ -926,7 +926,7 @@ def main(args: list[str] | None = None) -> int:
             code = 2
         if node is not None:
             log = node.get_logger()
-            # Threads created from here on (executor workers, the publisher thread) inherit it.
+            # Threads created from here on (executor workers, the pump thread) inherit it.
             prio = node.get_parameter('gil_holders_fifo_priority').value
             if prio > 0:
                 err = set_fifo(prio)

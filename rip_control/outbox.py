@@ -1,13 +1,14 @@
-"""Bounded, non-blocking hand-off of transitions from the control thread to a publisher.
+"""Bounded, non-blocking hand-off with hold-back, from the control loop outwards.
 
-``rclpy`` ``publish()`` costs ~0.2 ms (1.3 ms under load) of the calling thread, so it does
-not belong in the tick. The control thread appends to a deque (atomic under the GIL, no
-lock); a publisher thread drains it. A full outbox drops the new item and counts it, it
-never blocks the tick.
+In the real-time process the loop pushes each transition here; a released item goes into a
+shared-memory ring (``_release`` is overridden there, :mod:`rip_control.rt.process`) that the
+node's pump thread drains and publishes. A full ring drops the new item and counts it; it
+never blocks the tick. The deque-backed base class (``pop_from_non_rt``) serves tests and
+in-process use.
 
 Transitions are *held back* ``holdback`` items before they become publishable, so that when
 the 3-strike watchdog trips, the transitions of the earlier violating ticks can still be
-withdrawn (:meth:`Outbox.discard_held_from_rt`) and never leave the node.
+withdrawn (:meth:`Outbox.discard_held_from_rt`) and never leave the loop.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ T = TypeVar('T')
 
 
 class Outbox(Generic[T]):
-    """Single-producer (control thread), single-consumer (publisher thread) queue.
+    """Single-producer (the loop), single-consumer queue with hold-back.
 
     :param capacity: publishable items kept at most; beyond it new items are dropped.
     :param holdback: newest items withheld until this many later items confirm them.
@@ -39,7 +40,7 @@ class Outbox(Generic[T]):
         self.n_discarded = 0
 
     def push_from_rt(self, item: T) -> None:
-        """Queue an item (control thread); never blocks."""
+        """Queue an item (the loop); never blocks."""
         self.n_pushed += 1
         held = self._held
         held.append(item)
@@ -65,7 +66,7 @@ class Outbox(Generic[T]):
         self._ready.append(item)
 
     def pop_from_non_rt(self) -> T | None:
-        """Take the oldest publishable item, or ``None`` (publisher thread)."""
+        """Take the oldest publishable item, or ``None`` (the consumer)."""
         try:
             return self._ready.popleft()
         except IndexError:

@@ -1,4 +1,4 @@
-"""Actor weights on the wire and in the control thread.
+"""Actor weights on the wire and in the control loop.
 
 :func:`encode_actor` / :func:`decode_actor` turn an SAC actor (an MLP with ReLU, a mean head
 and a log-std head, tanh-squashed) into safetensors bytes with metadata and back, checking

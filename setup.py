@@ -29,12 +29,12 @@ setup(
     license='Apache-2.0',
     entry_points={
         'console_scripts': [
-            'control_node = rip_control.control_node:main',
+            'control_node = rip_control.ros.control_node:main',
             'learner_node = rip_learner.learner_node:main',
-            'finetune = rip_control.finetune:main',
-            'rig_emulator = rip_control.rig_emulator:main',
-            'rig_check = rip_control.rig_check:main',
-            'finetune_supervisor = rip_control.supervisor:main',
+            'finetune = rip_control.run.finetune:main',
+            'rig_emulator = rip_control.rig.emulator:main',
+            'rig_check = rip_control.rig.check:main',
+            'finetune_supervisor = rip_control.run.supervisor:main',
         ],
     },
 )

@@ -1,13 +1,13 @@
 """The whole fine-tune: ``ros2 launch rip_control finetune.launch.py rate:=50 [rigs:=2]``.
 
 Starts, per rig, the rig emulator (when ``serial_port`` is empty) and the control node (a
-lifecycle node), one learner, and the supervisor (:mod:`rip_control.supervisor`). With
+lifecycle node), one learner, and the supervisor (:mod:`rip_control.run.supervisor`). With
 ``rigs:=N`` the control nodes run in namespaces ``rig0``... and their ``transitions`` and
 ``policy_weights`` are remapped onto the learner's ``/transitions`` and ``/policy_weights``.
 All nodes read ``params_file`` (default: the installed ``config/finetune.yaml``) with the
 arguments over it, typed by the package's one parameter table (``rate:=50`` is the double
 50.0). The processes and their parameters come from ``rip_control.finetune.plan``, the same
-function ``python -m rip_control.finetune`` (the runner for machines without ``ros2 launch``)
+function ``python -m rip_control.run.finetune`` (the runner for machines without ``ros2 launch``)
 starts them from, so the two cannot drift; a bad argument is refused before any process starts.
 
 Order, event-driven: the control nodes and the supervisor start once every emulator has
@@ -35,8 +35,8 @@ from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackagePrefix
 
-from rip_control.finetune import plan
-from rip_control.launching import LAUNCH_ARGUMENTS, launch_default
+from rip_control.run.finetune import plan
+from rip_control.run.launching import LAUNCH_ARGUMENTS, launch_default
 
 
 def _typed(params):

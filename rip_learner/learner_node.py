@@ -39,13 +39,13 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
-from rip_control.bags import BagRejected, read_transitions
-from rip_control.env import ACTION_SIZE, OBS_SIZE
 from rip_control.files import atomic_write_bytes
-from rip_control.node_params import declare, spin_until_shutdown
-from rip_control.params import LEARNER_PARAMETERS
 from rip_control.policy import PolicyRejected, encode_actor, load_actor_file
-from rip_control.qos import TRANSITIONS_QOS, WEIGHTS_QOS
+from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+from rip_control.ros.bags import BagRejected, read_transitions
+from rip_control.ros.node_params import declare, spin_until_shutdown
+from rip_control.ros.qos import TRANSITIONS_QOS, WEIGHTS_QOS
+from rip_control.run.params import LEARNER_PARAMETERS
 from rip_control.transitions import Transition, TransitionRejected, check_period, unpack
 from rip_learner import buffer_store
 from rip_learner.buffer_store import (
@@ -483,7 +483,7 @@ def main(args: list[str] | None = None) -> int:
     the loading finish, then saves what it holds: nothing received is lost, nothing
     half-loaded is written. A signal before that (nothing loaded yet) exits 0 at once.
     """
-    from rip_control.node_params import init_rclpy
+    from rip_control.ros.node_params import init_rclpy
     from rip_control.signals import StopSignals
 
     # First: from here on a signal is a stop request, recorded; nothing is raised into the

@@ -14,7 +14,7 @@ unlike on the rig, SB3's ``learn()`` is right: simulated time does not run while
   latency); the ranges are stated there and written into the run's ``pretrain.json``.
 - **Evaluation** every ``eval_every`` steps: deterministic episodes of ``eval_seconds`` from
   hanging, on nominal physics and on randomised physics, scored with
-  :mod:`rip_control.evaluation` (longest balance window, swing-up time, chatter). The best
+  :mod:`rip_control.run.evaluation` (longest balance window, swing-up time, chatter). The best
   policy so far is kept; training stops early once both evaluations balance for
   ``target_balance_s`` on average, or at ``steps`` / ``time_limit_s``.
 - **Outputs** in ``out``: ``policy.safetensors`` (the actor in the wire format, with the rate
@@ -37,13 +37,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rip_control.dynamics import PendulumParams
-from rip_control.env import SimRotaryInvertedPendulumEnv, TaskConfig
-from rip_control.evaluation import EpisodeMetrics, episode_metrics, summarize
 from rip_control.files import atomic_write_bytes
-from rip_control.launching import help_requested, parse_options
-from rip_control.params import Param
 from rip_control.policy import encode_actor
+from rip_control.rig.dynamics import PendulumParams
+from rip_control.rig.env import SimRotaryInvertedPendulumEnv, TaskConfig
+from rip_control.run.evaluation import EpisodeMetrics, episode_metrics, summarize
+from rip_control.run.launching import help_requested, parse_options
+from rip_control.run.params import Param
 from rip_learner.sac import (
     CHECKPOINT_FILE,
     SacConfig,

@@ -16,13 +16,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rip_control.env import ACTION_SIZE, OBS_SIZE
 from rip_control.policy import PolicyMeta, read_metadata
+from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 
 CHECKPOINT_FILE = 'sac_checkpoint.safetensors'
 """The SAC networks' file; saved beside a policy, it travels with it (critics included)."""
 
-# The rig's spaces, shared with the control node (rip_control.env): obs 6, action 1 in [-1, 1].
+# The rig's spaces, shared with the control node (rip_control.rig.env): obs 6, action 1 in [-1, 1].
 OBSERVATION_SPACE = gym.spaces.Box(-np.inf, np.inf, shape=(OBS_SIZE,), dtype=np.float32)
 ACTION_SPACE = gym.spaces.Box(-1.0, 1.0, shape=(ACTION_SIZE,), dtype=np.float32)
 

@@ -1,7 +1,7 @@
 """The fine-tune done the old, synchronous way: SB3 ``SAC.learn()`` on a self-pacing rig env.
 
 This is the pattern the package exists to replace, kept as the V5 baseline
-(``python -m rip_control.bench v5``). The env sleeps to the next tick inside ``step()``;
+(``python -m rip_control.benchmarks.bench v5``). The env sleeps to the next tick inside ``step()``;
 gradient updates run between steps in the same thread, so every tick that follows
 ``K`` updates is late and the real rate stretches. The policy learns the dynamics of the
 stretched period and is then deployed at the configured rate.
@@ -23,11 +23,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rip_control.env import ACTION_SIZE, OBS_SIZE, RealRotaryInvertedPendulumEnv, TaskConfig
 from rip_control.files import atomic_write_bytes
 from rip_control.policy import encode_actor, load_actor_file
-from rip_control.protocol import ErrorCode
-from rip_control.rig_client import LowLevelClient, RigProtocolError, RigTimeout
+from rip_control.rig.client import LowLevelClient, RigProtocolError, RigTimeout
+from rip_control.rig.env import ACTION_SIZE, OBS_SIZE, RealRotaryInvertedPendulumEnv, TaskConfig
+from rip_control.rig.protocol import ErrorCode
 from rip_learner.sac import (
     SacConfig,
     actor_meta,

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rip_control.emulator_process import EmulatorProcess, stop_process
+from rip_control.rig.emulator_process import EmulatorProcess, stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -125,8 +125,8 @@ def control_rig(ros_node, start_emulator, tmp_path):
     import subprocess
     import sys
 
-    from rip_control.emulator_process import child_env
-    from rip_control.lifecycle_driver import LifecycleDriver
+    from rip_control.rig.emulator_process import child_env
+    from rip_control.ros.lifecycle_driver import LifecycleDriver
 
     rigs = []
 
@@ -180,8 +180,8 @@ def learner_process(tmp_path):
     """Factory: ``rip_learner.learner_node`` in its own process; all stopped at teardown."""
     import subprocess
 
-    from rip_control.emulator_process import child_env
-    from rip_control.launching import ProcessSpec
+    from rip_control.rig.emulator_process import child_env
+    from rip_control.run.launching import ProcessSpec
 
     procs = []
 

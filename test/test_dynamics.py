@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from rip_control.dynamics import FurutaDynamics, PendulumParams
+from rip_control.rig.dynamics import FurutaDynamics, PendulumParams
 
 FRICTIONLESS = PendulumParams(
     arm_viscous_damping_nms_per_rad=0.0,

@@ -6,8 +6,9 @@ from gymnasium.utils.env_checker import check_env
 import numpy as np
 import pytest
 
-from rip_control.dynamics import PendulumParams
-from rip_control.env import (
+from rip_control.rig.client import LowLevelClient
+from rip_control.rig.dynamics import PendulumParams
+from rip_control.rig.env import (
     OBS_SIZE,
     PendulumReading,
     RealRotaryInvertedPendulumEnv,
@@ -17,7 +18,6 @@ from rip_control.env import (
     _TimestampUnwrapper,
     wrap_angle,
 )
-from rip_control.rig_client import LowLevelClient
 
 
 def test_wrap_angle_maps_into_minus_pi_to_pi():

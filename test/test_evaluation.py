@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from rip_control.evaluation import (
+from rip_control.run.evaluation import (
     balance_windows,
     chatter,
     episode_metrics,

@@ -15,8 +15,8 @@ import pytest
 import rclpy
 import yaml
 
-from rip_control.emulator_process import child_env
-from rip_control.env import ACTION_SIZE, OBS_SIZE
+from rip_control.rig.emulator_process import child_env
+from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_learner import buffer_store
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -159,7 +159,7 @@ def test_learner_killed_mid_run_control_keeps_rate_on_the_last_policy_and_a_rest
     from std_msgs.msg import Float64MultiArray, UInt8MultiArray
 
     from rip_control.policy import decode_actor
-    from rip_control.qos import WEIGHTS_QOS
+    from rip_control.ros.qos import WEIGHTS_QOS
     from rip_learner.sac import CHECKPOINT_FILE
 
     rig = control_rig(episode_seconds=2.0)  # strikes from 20 ms: see the control_rig fixture

@@ -21,7 +21,7 @@ import time
 import pytest
 from ros2_cli import argv, colcon_build, require_launch, sourced_env
 
-from rip_control.env import ACTION_SIZE, OBS_SIZE
+from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_learner import buffer_store
 
 REPO = Path(__file__).resolve().parent.parent

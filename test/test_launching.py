@@ -6,8 +6,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rip_control import finetune, launching
-from rip_control.launching import CONTROL, LAUNCH_ARGUMENTS, LEARNER, node_parameters, param_text
+from rip_control.run import finetune, launching
+from rip_control.run.launching import (
+    CONTROL,
+    LAUNCH_ARGUMENTS,
+    LEARNER,
+    node_parameters,
+    param_text,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 LAUNCH = REPO / 'launch' / 'finetune.launch.py'
@@ -27,7 +33,7 @@ REQUIRED = {
 def test_the_launch_file_declares_every_required_argument_from_the_shared_table():
     names = {a.name for a in LAUNCH_ARGUMENTS}
     assert REQUIRED <= names
-    assert 'LAUNCH_ARGUMENTS' in _launch_file_imports('rip_control.launching')
+    assert 'LAUNCH_ARGUMENTS' in _launch_file_imports('rip_control.run.launching')
 
 
 def _launch_file_imports(module):
@@ -122,7 +128,7 @@ def test_unknown_or_malformed_arguments_are_refused_by_name():
 
 
 def test_every_node_parameter_of_the_yaml_is_declared_by_the_nodes():
-    from rip_control.control_node import PARAMETERS as CONTROL_PARAMETERS
+    from rip_control.ros.control_node import PARAMETERS as CONTROL_PARAMETERS
     from rip_learner.learner_node import PARAMETERS
 
     doc = yaml.safe_load((REPO / 'config' / 'finetune.yaml').read_text())
@@ -132,7 +138,7 @@ def test_every_node_parameter_of_the_yaml_is_declared_by_the_nodes():
 
 
 def test_the_launch_file_builds_its_processes_from_the_runners_plan():
-    assert 'plan' in _launch_file_imports('rip_control.finetune')
+    assert 'plan' in _launch_file_imports('rip_control.run.finetune')
 
 
 def test_a_plan_for_several_rigs_gives_each_its_namespace_emulator_and_folder():

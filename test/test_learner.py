@@ -9,9 +9,9 @@ import pytest
 import rclpy
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension, UInt8MultiArray
 
-from rip_control.env import ACTION_SIZE, OBS_SIZE
 from rip_control.policy import PolicyMeta, decode_actor, encode_actor, random_actor
-from rip_control.qos import TRANSITIONS_QOS, WEIGHTS_QOS
+from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+from rip_control.ros.qos import TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.transitions import Transition, field_layout
 from rip_learner import buffer_store
 from rip_learner.buffer_store import BufferMeta

@@ -15,7 +15,7 @@ from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import DescribeParameters, GetParameters, SetParameters
 import rclpy
 
-from rip_control.emulator_process import child_env
+from rip_control.rig.emulator_process import child_env
 
 pytestmark = pytest.mark.ros
 

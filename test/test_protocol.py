@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 import pytest
 
-from rip_control.protocol import (
+from rip_control.rig.protocol import (
     MAX_PAYLOAD,
     Ack,
     Cmd,

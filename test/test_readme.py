@@ -22,8 +22,8 @@ import time
 import pytest
 from ros2_cli import argv, colcon_build, require_launch, sourced_env
 
-from rip_control.emulator_process import child_env
-from rip_control.env import ACTION_SIZE, OBS_SIZE
+from rip_control.rig.emulator_process import child_env
+from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_learner import buffer_store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -243,8 +243,8 @@ def test_the_readme_evaluate_variants_are_checked_before_anything_starts(tmp_pat
     (The evaluation itself runs in the test above; here the arguments, as the README spells
     them, go through the evaluation's own plan, without starting a process.)
     """
-    from rip_control.evaluate import DEFAULTS
-    from rip_control.finetune import plan
+    from rip_control.run.evaluate import DEFAULTS
+    from rip_control.run.finetune import plan
 
     words = shlex.split(
         'python -m rip_control.evaluate policy:=policies/sim_50hz/policy.safetensors episodes:=5 '
@@ -314,7 +314,7 @@ def test_bench_help_lists_every_benchmark():
     '-p policy:=actor.safetensors'
 )
 def test_the_readme_control_node_command_configures(start_emulator, ros_node, tmp_path):
-    from rip_control.lifecycle_driver import LifecycleDriver
+    from rip_control.ros.lifecycle_driver import LifecycleDriver
 
     emu = start_emulator()
     cmd = (
@@ -343,7 +343,7 @@ def test_the_readme_control_node_command_configures(start_emulator, ros_node, tm
 def test_the_readme_ros2_run_control_node_takes_the_params_file(
     install_prefix, ros_node, tmp_path
 ):
-    from rip_control.lifecycle_driver import LifecycleDriver
+    from rip_control.ros.lifecycle_driver import LifecycleDriver
 
     cmd = 'ros2 run rip_control control_node --ros-args --params-file config/finetune.yaml'
     cmd = cmd.replace('config/finetune.yaml', str(REPO / 'config' / 'finetune.yaml'))
@@ -474,7 +474,7 @@ def test_the_readme_two_rig_launch_names_a_missing_port(install_prefix, tmp_path
 
 def test_the_readme_commands_parse_with_the_readme_spelling():
     """``rate:=50`` as the README writes it is the double the nodes declare."""
-    from rip_control.launching import node_parameters
+    from rip_control.run.launching import node_parameters
 
     for command in readme_commands():
         words = shlex.split(command)

@@ -6,14 +6,14 @@ import time
 
 import pytest
 
-from rip_control.protocol import ErrorCode, Status
-from rip_control.rig_client import (
+from rip_control.rig.client import (
     LowLevelClient,
     RigDisconnected,
     RigError,
     RigProtocolError,
     RigTimeout,
 )
+from rip_control.rig.protocol import ErrorCode, Status
 
 
 def _open(emu, **kw):
@@ -235,7 +235,7 @@ def test_the_emulator_serves_on_when_the_reader_of_its_output_dies(tmp_path):
     import subprocess
     import sys
 
-    from rip_control.emulator_process import child_env
+    from rip_control.rig.emulator_process import child_env
 
     events, link = tmp_path / 'events', tmp_path / 'rig'
     cmd = [sys.executable, '-m', 'rip_control.rig_emulator', '--link', str(link), '--events']

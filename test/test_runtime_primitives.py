@@ -3,8 +3,6 @@
 import numpy as np
 import pytest
 
-from rip_control.outbox import Outbox
-from rip_control.pacer import Pacer
 from rip_control.policy import (
     PolicyMeta,
     PolicyRejected,
@@ -14,8 +12,10 @@ from rip_control.policy import (
     load_actor_file,
     random_actor,
 )
+from rip_control.rt.outbox import Outbox
+from rip_control.rt.pacer import Pacer
+from rip_control.rt.watchdog import OverrunWatchdog, TimingViolation
 from rip_control.transitions import Transition, TransitionRejected, field_layout, unpack
-from rip_control.watchdog import OverrunWatchdog, TimingViolation
 
 
 class FakeClock:

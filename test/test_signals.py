@@ -21,8 +21,8 @@ import time
 from procs import processes_mentioning
 import pytest
 
-from rip_control.emulator_process import child_env
-from rip_control.env import ACTION_SIZE, OBS_SIZE
+from rip_control.rig.emulator_process import child_env
+from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.signals import StopRequested, StopSignals
 
 REPO = Path(__file__).resolve().parent.parent
@@ -223,7 +223,7 @@ def test_the_emulator_stops_with_the_device_gone_whenever_a_signal_comes(tmp_pat
 @pytest.mark.ros
 @pytest.mark.slow
 def test_the_recorder_closes_a_readable_bag_whenever_a_signal_comes(tmp_path):
-    from rip_control.bags import read_transitions
+    from rip_control.ros.bags import read_transitions
 
     bags = [tmp_path / f'bag{i}' for i in range(ROUNDS)]
     stopped = _signal_each_at_its_first_line(
@@ -267,7 +267,7 @@ def test_the_control_node_exits_0_whenever_a_signal_comes():
 def test_the_learner_saves_what_it_loaded_whenever_a_signal_comes(tmp_path):
     import numpy as np
 
-    from rip_control.launching import ProcessSpec
+    from rip_control.run.launching import ProcessSpec
     from rip_learner import buffer_store
     from rip_learner.buffer_store import BufferMeta
 

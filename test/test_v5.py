@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from rip_control.emulator_process import child_env
-from rip_control.env import ACTION_SIZE, OBS_SIZE
 from rip_control.policy import PolicyMeta, encode_actor, random_actor
+from rip_control.rig.emulator_process import child_env
+from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from rip_control.files import atomic_write_bytes
-from rip_control.pacer import Pacer
 from rip_control.policy import random_actor
-from rip_control.realtime import is_fifo, lock_memory, pin_to_cpu, set_fifo
+from rip_control.rt.pacer import Pacer
+from rip_control.rt.realtime import is_fifo, lock_memory, pin_to_cpu, set_fifo
 
 
 def run(

@@ -18,9 +18,8 @@ import threading
 import time
 from typing import Any
 
-from rip_control.control_loop import LoopConfig
-from rip_control.env import TaskConfig
 from rip_control.policy import NumpyActor, PolicyRejected
+from rip_control.rig.env import TaskConfig
 from rip_control.rt.channels import SharedMemory
 from rip_control.rt.link import (
     TICK_RECORD,
@@ -32,6 +31,7 @@ from rip_control.rt.link import (
     encode_weights,
     weights_bytes_needed,
 )
+from rip_control.rt.loop import LoopConfig
 from rip_control.rt.process import EXIT_NODE_LOST, EXIT_START_FAILED, SINGLE_THREAD_ENV
 
 _COMMAND_IDS = itertools.count(1)

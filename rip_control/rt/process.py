@@ -33,12 +33,9 @@ import sys
 import time
 from typing import Any
 
-from rip_control.control_loop import ControlLoop, EpisodeSummary, LoopConfig, TickSample
-from rip_control.env import RealRotaryInvertedPendulumEnv, TaskConfig
-from rip_control.outbox import Outbox
 from rip_control.policy import NumpyActor
-from rip_control.realtime import is_fifo, lock_memory, pin_to_cpu, set_fifo
-from rip_control.rig_client import LowLevelClient, RigError
+from rip_control.rig.client import LowLevelClient, RigError
+from rip_control.rig.env import RealRotaryInvertedPendulumEnv, TaskConfig
 from rip_control.rt.channels import SharedMemory
 from rip_control.rt.link import (
     TICK_RECORD,
@@ -49,6 +46,9 @@ from rip_control.rt.link import (
     decode_weights,
     encode_json,
 )
+from rip_control.rt.loop import ControlLoop, EpisodeSummary, LoopConfig, TickSample
+from rip_control.rt.outbox import Outbox
+from rip_control.rt.realtime import is_fifo, lock_memory, pin_to_cpu, set_fifo
 from rip_control.transitions import Transition
 
 IDLE_POLL_S = 0.002

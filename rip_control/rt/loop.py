@@ -24,15 +24,15 @@ from typing import Protocol
 
 import numpy as np
 
-from rip_control.env import RealRotaryInvertedPendulumEnv
-from rip_control.outbox import Outbox
-from rip_control.pacer import Pacer, TickTiming
 from rip_control.policy import NumpyActor
-from rip_control.protocol import ErrorCode
-from rip_control.rig_client import RigDisconnected, RigError, RigProtocolError
+from rip_control.rig.client import RigDisconnected, RigError, RigProtocolError
+from rip_control.rig.env import RealRotaryInvertedPendulumEnv
+from rip_control.rig.protocol import ErrorCode
+from rip_control.rt.outbox import Outbox
+from rip_control.rt.pacer import Pacer, TickTiming
+from rip_control.rt.watchdog import OverrunWatchdog, TimingViolation
 from rip_control.telemetry import RunningStats
 from rip_control.transitions import Transition
-from rip_control.watchdog import OverrunWatchdog, TimingViolation
 
 _log = logging.getLogger(__name__)
 

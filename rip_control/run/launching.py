@@ -2,7 +2,7 @@
 
 A :class:`ProcessSpec` is what a launch file's ``Node`` action says — executable, node name,
 namespace, parameters — turned into a ``python -m`` command for machines without
-``ros2 launch``. :mod:`rip_control.finetune` builds its plan from these, and a test compares
+``ros2 launch``. :mod:`rip_control.run.finetune` builds its plan from these, and a test compares
 that plan with ``launch/finetune.launch.py``.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import sys
 from typing import Any
 
-from rip_control.emulator_process import child_env
-from rip_control.params import (
+from rip_control.rig.emulator_process import child_env
+from rip_control.run.params import (
     CONTROL_PARAMETERS,
     LEARNER_PARAMETERS,
     Param,
@@ -29,9 +29,9 @@ from rip_control.params import (
 
 # console_scripts entry point -> module (setup.py declares the same pairs)
 EXECUTABLES = {
-    'control_node': 'rip_control.control_node',
+    'control_node': 'rip_control.ros.control_node',
     'learner_node': 'rip_learner.learner_node',
-    'rig_emulator': 'rip_control.rig_emulator',
+    'rig_emulator': 'rip_control.rig.emulator',
 }
 
 
@@ -117,7 +117,7 @@ __all__ = [
 class LaunchArgument:
     """A launch argument and the node parameters it overrides.
 
-    ``launch/finetune.launch.py`` declares these, and :mod:`rip_control.finetune` accepts
+    ``launch/finetune.launch.py`` declares these, and :mod:`rip_control.run.finetune` accepts
     them as ``name:=value``; both apply a value to every ``(node, parameter)`` in ``targets``
     on top of ``params_file``.
     """

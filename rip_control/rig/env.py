@@ -27,9 +27,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rip_control.dynamics import FurutaDynamics, PendulumParams
-from rip_control.protocol import RigState, Status
-from rip_control.rig_client import LowLevelClient
+from rip_control.rig.client import LowLevelClient
+from rip_control.rig.dynamics import FurutaDynamics, PendulumParams
+from rip_control.rig.protocol import RigState, Status
 
 OBS_SIZE = 6
 ACTION_SIZE = 1

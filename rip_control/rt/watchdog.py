@@ -5,7 +5,7 @@ more than ``threshold_s`` after its deadline is a strike, ``max_strikes`` in a r
 :class:`TimingViolation` (one late tick is a scheduler hiccup; several in a row is
 structural). The case the 3-strike rule cannot see - a loop that stops ticking altogether
 (stuck in I/O, frozen) and never reaches the next strike check - is the node's: its pump
-thread watches the real-time process's heartbeat (:mod:`rip_control.control_node`).
+thread watches the real-time process's heartbeat (:mod:`rip_control.ros.control_node`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every parameter of the package in one ROS-free table: name, type, default, range, text.
 
 The nodes declare their parameters from :data:`CONTROL_PARAMETERS` and
-:data:`LEARNER_PARAMETERS` (:mod:`rip_control.node_params` adds the ROS descriptors), and
+:data:`LEARNER_PARAMETERS` (:mod:`rip_control.ros.node_params` adds the ROS descriptors), and
 every entry point — the launch file, the runner, ``evaluate``, ``record``, the benchmarks,
 pre-training — converts ``name:=value`` text and params-file values with :meth:`Param.convert`.
 One conversion everywhere is what makes ``rate:=50`` the double 50.0 (ROS 2 would type it

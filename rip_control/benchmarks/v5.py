@@ -1,12 +1,12 @@
 """V5: from simulation to a shifted rig, three ways, measured in deployment.
 
-``python -m rip_control.bench v5 --rig config/rig_shifted_heavy.yaml --json PATH``
+``python -m rip_control.benchmarks.bench v5 --rig config/rig_shifted_heavy.yaml --json PATH``
 
 (a) the simulation-only policy deployed on the shifted rig; (b) the same policy after the
-asynchronous fine-tune (:mod:`rip_control.finetune`: learner in its own process, the control
+asynchronous fine-tune (:mod:`rip_control.run.finetune`: learner in its own process, the control
 loop at the exact rate); (c) the same fine-tune done synchronously
 (:mod:`rip_learner.sync_finetune`: SB3 ``learn()`` with a self-pacing env whose real rate
-stretches), deployed at the configured rate. Each is evaluated by :mod:`rip_control.evaluate`
+stretches), deployed at the configured rate. Each is evaluated by :mod:`rip_control.run.evaluate`
 (deterministic, no learning) on the same rig, and the plots a user wants are written next to
 the JSON: balance-window histogram per policy, the fine-tunes' tick-interval histograms, and
 the learning curve across pre-training and fine-tuning.
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rip_control.emulator_process import EmulatorProcess
+from rip_control.rig.emulator_process import EmulatorProcess
 from rip_control.stats import tick_stats
 
 DEFAULT_POLICY = (
@@ -52,7 +52,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def _evaluate(a: argparse.Namespace, policy: str, runs: Path, name: str) -> dict[str, Any]:
-    from rip_control.evaluate import evaluate
+    from rip_control.run.evaluate import evaluate
 
     print(f'-- evaluating {name}: {policy}', flush=True)
     report = evaluate(
@@ -74,7 +74,7 @@ def _evaluate(a: argparse.Namespace, policy: str, runs: Path, name: str) -> dict
 
 def bench_v5(a: argparse.Namespace) -> dict[str, Any]:
     """Run (a), (b), (c) and their evaluations; write the plots."""
-    from rip_control import finetune
+    from rip_control.run import finetune
     from rip_learner.sync_finetune import sync_finetune
 
     runs = Path(a.runs_dir) if a.runs_dir else Path(tempfile.mkdtemp(prefix='rip_v5_'))

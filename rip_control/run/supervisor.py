@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from rip_control.params import Param, parse_options
+from rip_control.run.params import Param, parse_options
 from rip_control.signals import StopSignals
 
 OPTIONS = (
@@ -51,14 +51,14 @@ def supervise(
     """
     import rclpy
 
-    from rip_control.finetune import (
+    from rip_control.ros.lifecycle_driver import LifecycleDriver
+    from rip_control.run.finetune import (
         RunFailed,
         _hand_over_to_learner,
         _Monitor,
         _wait_until,
         check_still_active,
     )
-    from rip_control.lifecycle_driver import LifecycleDriver
 
     many = len(controls) > 1
     drivers = [LifecycleDriver(node, fqn) for fqn in controls]
@@ -123,7 +123,7 @@ def _main(argv: list[str]) -> int:
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
-    from rip_control.finetune import RunFailed
+    from rip_control.run.finetune import RunFailed
 
     controls = [c.strip() for c in str(opts['controls']).split(',') if c.strip()]
     rclpy.init(args=['--ros-args', *ros_args[1:]], signal_handler_options=SignalHandlerOptions.NO)

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import serial
 
-from rip_control.protocol import (
+from rip_control.rig.protocol import (
     PROTOCOL_VERSION,
     REPLY_BIT,
     Ack,

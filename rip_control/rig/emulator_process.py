@@ -71,7 +71,7 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout_s: fl
 
 
 class EmulatorProcess:
-    """A running ``rip_control.rig_emulator``; use as a context manager.
+    """A running ``rip_control.rig.emulator``; use as a context manager.
 
     :param link: where the emulator links its pty.
     :param args: extra command-line arguments (physics file, faults, ...).
@@ -93,7 +93,7 @@ class EmulatorProcess:
 
     def start(self) -> EmulatorProcess:
         """Spawn it and wait (bounded) until it serves the link."""
-        cmd = [sys.executable, '-m', 'rip_control.rig_emulator', '--link', str(self.link)]
+        cmd = [sys.executable, '-m', 'rip_control.rig.emulator', '--link', str(self.link)]
         with signals_blocked():
             self.proc = subprocess.Popen(
                 cmd + self.args,

@@ -1,0 +1,1 @@
+"""Benchmarks that print numbers and save them as JSON."""

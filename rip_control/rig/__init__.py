@@ -1,0 +1,1 @@
+"""The rig: serial protocol, client, firmware emulator, physics, envs, rig check."""

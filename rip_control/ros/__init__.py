@@ -1,0 +1,1 @@
+"""The ROS side: the control node, QoS, node parameters, lifecycle driver, recorder, bags."""

@@ -1,0 +1,1 @@
+"""Running it: the runner, the launch plan, the parameter table, evaluation, supervisor."""

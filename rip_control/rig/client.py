@@ -40,6 +40,9 @@ _log = logging.getLogger(__name__)
 _Reply = TypeVar('_Reply', DeviceInfo, RigState, Ack)
 
 
+OPEN_PING_TRIES = 3  # the handshake at open: timeouts tried again (the loop's are not)
+
+
 class RigError(Exception):
     """Base of every rig communication failure."""
 
@@ -145,7 +148,7 @@ class LowLevelClient:
         except (serial.SerialException, OSError) as exc:
             raise RigDisconnected(f'cannot open serial port {self.port!r}: {exc}') from exc
         try:
-            info = self.ping()
+            info = self._first_ping()
         except RigError:
             self.close()
             raise
@@ -157,6 +160,24 @@ class LowLevelClient:
             )
         self.device_info = info
         return info
+
+    def _first_ping(self) -> DeviceInfo:
+        """The handshake: a few tries, since a first answer is not time-critical.
+
+        A device just powered up, or an emulator that has just started (or whose machine
+        paused), may miss the first deadline; a timeout here is tried again, up to
+        ``OPEN_PING_TRIES`` times. Any other error (a NACK, a wrong protocol) is final.
+        """
+        for attempt in range(1, OPEN_PING_TRIES + 1):
+            try:
+                return self.ping()
+            except RigTimeout:
+                if attempt == OPEN_PING_TRIES:
+                    raise
+                _log.warning(
+                    '%s: no answer to the first PING (try %d), asking again', self.port, attempt
+                )
+        raise AssertionError('unreachable')
 
     def close(self) -> None:
         """Close the port (idempotent)."""

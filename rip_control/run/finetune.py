@@ -321,12 +321,13 @@ def check_still_active(
 ) -> None:
     """Act on a control node that left active on its own (the runner and the supervisor).
 
-    A timing violation is the 3-strike rule doing its job: the motor is off and the
-    violating ticks' transitions were withdrawn, so the rig is re-activated (a new episode
-    from a reset), each time said out loud. Only ``restarts_allowed`` trips in a row with no
-    episode finished between them end the run: timing then is structurally broken, not a
-    passing hiccup. Anything else (a serial failure, a vanished rig, a lost real-time
-    process) ends the run at once.
+    A timing violation is the 3-strike rule doing its job, and a serial failure (replies
+    missing on consecutive ticks) a stall the rig may recover from: the motor is off and the
+    unconfirmed transitions were withdrawn, so the rig is re-activated (a new episode from a
+    reset, which engages it again), each time said out loud. Only ``restarts_allowed`` trips
+    in a row with no episode finished between them end the run: then it is structurally
+    broken, not a passing hiccup. Anything else (a vanished rig, a lost real-time process)
+    ends the run at once.
 
     :raises RunFailed: naming the node and the reason.
     """
@@ -339,7 +340,8 @@ def check_still_active(
     if len(mon.episodes) > mon._episodes_at_trip:
         mon.restarts = 0  # an episode finished since the last trip
     mon._episodes_at_trip = len(mon.episodes)
-    if 'TimingViolation' in reason and mon.restarts < restarts_allowed:
+    recoverable = 'TimingViolation' in reason or 'SerialFailure' in reason
+    if recoverable and mon.restarts < restarts_allowed:
         mon.restarts += 1
         mon.restarts_total += 1
         say(
@@ -351,7 +353,7 @@ def check_still_active(
             raise RunFailed(f'{fqn} refused to re-activate after a timing violation')
         mon.control = {}
         return
-    if 'TimingViolation' in reason and restarts_allowed:
+    if recoverable and restarts_allowed:
         reason += f' ({mon.restarts} restarts in a row without a finished episode)'
     raise RunFailed(f'{fqn} left active on its own: {reason} (motor disengaged)')
 

@@ -208,7 +208,8 @@ LAUNCH_ARGUMENTS = (
     LaunchArgument(
         'violation_restarts',
         '5',
-        'after a timing violation (motor off, its transitions withdrawn) re-activate the rig; '
+        'after a timing violation or a serial stall (motor off, its unconfirmed transitions '
+        'withdrawn) re-activate the rig; '
         'this many trips in a row with no episode finished between them end the run (0: the '
         'first violation does)',
         kind=Param('violation_restarts', 5, 'restarts after a timing violation', 0, 1000),

@@ -27,7 +27,7 @@ from rip_control.rig.emulator_process import EmulatorProcess
 from rip_control.stats import tick_stats
 
 DEFAULT_POLICY = (
-    Path(__file__).resolve().parent.parent / 'policies' / 'sim_50hz' / 'policy.safetensors'
+    Path(__file__).resolve().parents[2] / 'policies' / 'sim_50hz' / 'policy.safetensors'
 )
 
 

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-_PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:

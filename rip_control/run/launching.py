@@ -226,7 +226,7 @@ LAUNCH_ARGUMENT_BY_NAME = {a.name: a for a in LAUNCH_ARGUMENTS}
 
 def default_params_file() -> Path:
     """``config/finetune.yaml``: from the source tree, else from the installed share dir."""
-    here = Path(__file__).resolve().parent.parent / 'config' / 'finetune.yaml'
+    here = Path(__file__).resolve().parents[2] / 'config' / 'finetune.yaml'
     if here.exists():
         return here
     try:
@@ -240,7 +240,7 @@ def default_params_file() -> Path:
 def packaged_policy(rate_hz: float) -> Path:
     """Where the pre-trained policy for ``rate_hz`` ships: ``policies/sim_<rate>hz/``."""
     name = f'sim_{rate_hz:g}hz'
-    here = Path(__file__).resolve().parent.parent / 'policies' / name / 'policy.safetensors'
+    here = Path(__file__).resolve().parents[2] / 'policies' / name / 'policy.safetensors'
     if here.exists():
         return here
     try:

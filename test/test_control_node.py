@@ -522,10 +522,15 @@ def test_isolated_dropped_frames_cost_one_timeout_each_and_end_the_broken_episod
     # One timeout per dropped frame (a reply merely late would add a stale one as well).
     assert dropped >= 8 and dropped <= timeouts <= dropped + stale, (dropped, d)
     # An episode a timeout broke ended there (no terminal flag), and the next one began at
-    # step 0 after a reset; no episode has a gap, i.e. none ran on across a timeout.
+    # step 0 after a reset; none ran on across a timeout. A gap in an episode's steps is only
+    # ever a transition the loop dropped for its stretched dt (a busy VM's late tick), counted.
     runs = _runs(col.transitions)
+    gaps = 0
     for run in runs:
-        assert [t.step for t in run] == list(range(len(run))), [t.step for t in run]
+        steps = [t.step for t in run]
+        assert steps == sorted(set(steps)) and steps[0] == 0, steps
+        gaps += steps[-1] + 1 - len(steps)
+    assert gaps <= int(d['transitions_dropped_late']), (gaps, d)
     assert broken_episodes()
     assert all(abs(t.dt_s - PERIOD_S) <= 0.005 for t in col.transitions)
     _assert_accounted(col, d)

@@ -106,6 +106,7 @@ class NodeSettings:
     tick_trace: str
     gc_off: bool
     node_timeout_s: float
+    keep_cpus_awake: bool
 
 
 PARAMETERS = CONTROL_PARAMETERS
@@ -211,6 +212,7 @@ class ControlNode(LifecycleNode):
             tick_trace=p('tick_trace').value,
             gc_off=p('gc_off').value,
             node_timeout_s=p('node_timeout_ms').value / 1e3,
+            keep_cpus_awake=p('keep_cpus_awake').value,
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -240,6 +242,7 @@ class ControlNode(LifecycleNode):
             switch_interval_s=s.switch_interval_s,
             gc_off=s.gc_off,
             node_timeout_s=s.node_timeout_s,
+            keep_cpus_awake=s.keep_cpus_awake,
         )
         try:
             ready = rt.start()

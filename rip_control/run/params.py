@@ -259,6 +259,13 @@ CONTROL_PARAMETERS = (
         0,
         98,
     ),
+    Param(
+        'keep_cpus_awake',
+        True,
+        'a SCHED_IDLE busy loop on each CPU while configured, so no CPU idles: in a VM that '
+        'halts idle vCPUs, wake-ups otherwise wait for the hypervisor (it takes no time from '
+        'any task; false on a machine where power matters more than latency)',
+    ),
     Param('switch_interval_us', 500, 'Python switch interval of the real-time process', 50, 5000),
     Param('tick_topic_max_hz', 100.0, 'rate cap of the per-tick topic', 0.0, 10000.0),
     Param('gc_off', True, 'freeze and disable the garbage collector of the real-time process'),

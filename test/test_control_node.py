@@ -270,7 +270,8 @@ def test_watchdog_trip_withdraws_the_strike_ticks_transitions_disengages_and_can
     # The first stretched tick's transition was dropped for its dt; the two transitions of
     # the strike ticks before the third (max_strikes - 1, held back) were withdrawn.
     assert int(d['transitions_dropped_late']) >= 1, d
-    assert int(d['transitions_withdrawn']) == 2, d
+    # (max_strikes - 1 held back; one fewer if one of those ticks had no transition to hold)
+    assert 1 <= int(d['transitions_withdrawn']) <= 2, d
     _assert_accounted(col, d)  # and nothing withdrawn was published anyway
     assert len(col.transitions) >= 40, 'too few transitions before the stretch'
     # The node turned the motor off at the trip, not the firmware deadman.

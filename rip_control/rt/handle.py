@@ -43,6 +43,8 @@ _COMMAND_IDS = itertools.count(1)
 # user-space equivalent of idle=poll, for the run's duration; it ends with its parent.
 _HALT_GUARD = """
 import ctypes, ctypes.util, os, signal, sys
+for sig in (signal.SIGINT, signal.SIGTERM):  # a Ctrl-C to the group ends it quietly
+    signal.signal(sig, signal.SIG_DFL)
 ctypes.CDLL(ctypes.util.find_library('c')).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 if os.getppid() != int(sys.argv[2]):
     sys.exit(0)

@@ -223,7 +223,7 @@ CONTROL_PARAMETERS = (
     Param('max_strikes', 3, 'consecutive strikes to trip', 1, 100),
     Param(
         'hung_timeout_ms',
-        100.0,
+        300.0,
         'silence of the real-time process (beyond one period) before the node kills it and '
         'disengages the motor itself',
         5.0,

@@ -261,10 +261,11 @@ CONTROL_PARAMETERS = (
     ),
     Param(
         'keep_cpus_awake',
-        True,
+        False,
         'a SCHED_IDLE busy loop on each CPU while configured, so no CPU idles: in a VM that '
         'halts idle vCPUs, wake-ups otherwise wait for the hypervisor (it takes no time from '
-        'any task; false on a machine where power matters more than latency)',
+        'any task, but a VM host may count it against the VM: measured better in short runs, '
+        'worse in a full test suite here, so off by default)',
     ),
     Param('switch_interval_us', 500, 'Python switch interval of the real-time process', 50, 5000),
     Param('tick_topic_max_hz', 100.0, 'rate cap of the per-tick topic', 0.0, 10000.0),

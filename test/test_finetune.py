@@ -206,9 +206,13 @@ def test_learner_killed_mid_run_control_keeps_rate_on_the_last_policy_and_a_rest
     assert len(during) >= absent_s - 3, (len(during), absent_s)
     for d in during:
         assert d['lifecycle_state'] == 'active', d
-        assert abs(float(d['tick_rate_hz']) - 50.0) < 1.0, d
+        # A missed tick reads 49 Hz for its report (timing is the benchmarks' subject; a
+        # shared VM wakes late at times): loose per report, tight over the whole absence.
+        assert abs(float(d['tick_rate_hz']) - 50.0) < 2.5, d
         assert d['violations'] == '0', d
         assert int(d['policy_version']) == last_version and d['weights_accepted'] == accepted
+    rates = [float(d['tick_rate_hz']) for d in during]
+    assert abs(sum(rates) / len(rates) - 50.0) < 0.5, rates
     # Whole episodes acted with it, and the motor still under control.
     acted = [v for t, v in episodes if t > t_kill + 0.5]
     assert len(acted) >= 3 and set(acted) == {last_version}, acted

@@ -122,6 +122,28 @@ def test_a_second_signal_during_the_ordered_stop_does_not_abort_it(capfd):
     assert capfd.readouterr().err.count('stopping in the safe order, please wait') == 2
 
 
+def test_the_first_signal_calls_its_callbacks_in_the_handler_once_and_survives_their_errors(
+    capfd,
+):
+    calls = []
+
+    def broken():
+        calls.append('broken')
+        raise RuntimeError('cannot stop')
+
+    with StopSignals() as stop:
+        stop.at_first_signal(lambda: calls.append('first'))
+        stop.at_first_signal(broken)
+        assert calls == []
+        signal.raise_signal(signal.SIGINT)  # the handler (and its callbacks) ran on return
+        assert calls == ['first', 'broken']
+        signal.raise_signal(signal.SIGTERM)
+        assert calls == ['first', 'broken']  # the first signal only
+        stop.at_first_signal(lambda: calls.append('late'))  # after it: called at once
+        assert calls == ['first', 'broken', 'late']
+    assert 'stop signal callback failed: RuntimeError: cannot stop' in capfd.readouterr().err
+
+
 def test_a_stop_signals_installed_over_another_one_owns_the_stop():
     # An entry point installs one first; the runner it calls installs its own: the signal is
     # recorded by both, and the outer one does not raise it again once the runner returned.

@@ -523,6 +523,17 @@ class ControlNode(LifecycleNode):
         """What ended the control loop last, if anything."""
         return self._fault
 
+    def request_stop(self) -> None:
+        """Ask the loop to disengage at its next tick; never blocks (signal handlers).
+
+        The first thing a stop signal does: the executor's own teardown that follows can take
+        a third of a second (measured), and the loop must not keep driving the motor through
+        it. :meth:`emergency_stop` then waits for the confirmation.
+        """
+        rt = self._rt
+        if rt is not None and not self._rt_lost and rt.poll() is None:
+            rt.command('stop', blocking=False)
+
     def emergency_stop(self) -> bool:
         """Stop and disengage without the executor (signals, process exit).
 
@@ -940,6 +951,7 @@ def main(args: list[str] | None = None) -> int:
                     log.info(f'executor, publisher and DDS threads at SCHED_FIFO {prio}')
             executor = MultiThreadedExecutor(num_threads=2)
             executor.add_node(node)
+            stop.at_first_signal(node.request_stop)
             log.info(f'unconfigured, waiting for configure (pid {os.getpid()})')
             code = spin_until_shutdown(node, executor, stop)
     finally:

@@ -214,18 +214,23 @@ class RtProcess:
         self._beat += 1
         self.ch.node_beat.write(self._beat)
 
-    def command(self, cmd: str, **fields: Any) -> int:
+    def command(self, cmd: str, blocking: bool = True, **fields: Any) -> int:
         """Send ``activate``, ``stop`` or ``quit``; its id, or 0 if the ring was full.
 
-        A ``stopped`` event echoes the ids of the stops it answers.
+        A ``stopped`` event echoes the ids of the stops it answers. ``blocking=False`` (from a
+        signal handler, which may have interrupted a sender): 0 if another send is under way.
         """
-        with self._command_lock:
+        if not self._command_lock.acquire(blocking=blocking):
+            return 0
+        try:
             if self.ch is None:
                 return 0
             cid = next(self._ids)
             return (
                 cid if self.ch.commands.push(encode_json({'cmd': cmd, 'id': cid, **fields})) else 0
             )
+        finally:
+            self._command_lock.release()
 
     def write_weights(self, actor: NumpyActor) -> None:
         """Hand a validated, newer actor to the loop (it swaps at its next tick).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate the timing benchmark results committed under bench/results/ (about 40 minutes).
+# Regenerate the timing benchmark results committed under bench/results/ (about 45 minutes).
 # Run on an otherwise idle machine: `bash bench/run_timing.sh` (SECONDS_LONG=60 for a quick
 # look; the README's table is from the full run).
 set -euo pipefail
@@ -27,6 +27,10 @@ $PY -m rip_control.bench timing --load hog --rate 50 --seconds 60 --baseline flo
   --floor-seconds 30 --json bench/results/timing_50hz_hog.json
 # The ROS-usual way beside it: the same tick work on an rclpy timer, same load.
 $B --rate 50 --seconds 60 --baseline rclpy-timer --json bench/results/timing_50hz_sac_timer.json
+# What holding the CPUs' idle latency at 0 buys (cpu_idle_latency_us, default 0): 50 Hz
+# without it, the floor likewise.
+$B --rate 50 --seconds 120 --baseline floor --floor-seconds 60 \
+  --node-param cpu_idle_latency_us:=-1 --json bench/results/timing_50hz_sac_idle_halts.json
 # What SCHED_FIFO buys: 100 Hz under SAC load without it.
 $B --rate 100 --seconds 60 --node-param fifo_priority:=0 \
   --json bench/results/timing_100hz_sac_no_fifo.json

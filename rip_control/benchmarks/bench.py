@@ -293,6 +293,8 @@ def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
                     str(cpu),
                     '--fifo',
                     str(params.get('fifo_priority', 80)),
+                    '--cpu-latency-us',
+                    str(params.get('cpu_idle_latency_us', 0)),
                     '--out',
                     str(out),
                 ],
@@ -572,7 +574,14 @@ def timing_table(paths: list[str]) -> str:
         extra = ', '.join(
             f'{k}:={v}'
             for k, v in doc.get('node_params', {}).items()
-            if k in ('fifo_priority', 'switch_interval_us', 'gc_off', 'gil_holders_fifo_priority')
+            if k
+            in (
+                'fifo_priority',
+                'switch_interval_us',
+                'gc_off',
+                'gil_holders_fifo_priority',
+                'cpu_idle_latency_us',
+            )
         )
         name = f'{doc["node_params"]["rate_hz"]:g} Hz, {doc["load"]}, {doc["seconds"]:g} s'
         ratio = doc.get('ratio_to_floor')

@@ -106,7 +106,7 @@ class NodeSettings:
     tick_trace: str
     gc_off: bool
     node_timeout_s: float
-    keep_cpus_awake: bool
+    cpu_idle_latency_us: int
 
 
 PARAMETERS = CONTROL_PARAMETERS
@@ -212,7 +212,7 @@ class ControlNode(LifecycleNode):
             tick_trace=p('tick_trace').value,
             gc_off=p('gc_off').value,
             node_timeout_s=p('node_timeout_ms').value / 1e3,
-            keep_cpus_awake=p('keep_cpus_awake').value,
+            cpu_idle_latency_us=p('cpu_idle_latency_us').value,
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -242,7 +242,7 @@ class ControlNode(LifecycleNode):
             switch_interval_s=s.switch_interval_s,
             gc_off=s.gc_off,
             node_timeout_s=s.node_timeout_s,
-            keep_cpus_awake=s.keep_cpus_awake,
+            cpu_idle_latency_us=s.cpu_idle_latency_us,
         )
         try:
             ready = rt.start()

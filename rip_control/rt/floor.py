@@ -23,14 +23,20 @@ import numpy as np
 from rip_control.files import atomic_write_bytes
 from rip_control.policy import random_actor
 from rip_control.rt.pacer import Pacer
-from rip_control.rt.realtime import is_fifo, lock_memory, pin_to_cpu, set_fifo
+from rip_control.rt.realtime import hold_cpu_latency, is_fifo, lock_memory, pin_to_cpu, set_fifo
 
 
 def run(
-    rate_hz: float, seconds: float, cpu: int, fifo_priority: int, spin_s: float = 0.001
+    rate_hz: float,
+    seconds: float,
+    cpu: int,
+    fifo_priority: int,
+    spin_s: float = 0.001,
+    cpu_idle_latency_us: int = -1,
 ) -> dict[str, Any]:
     """Tick for ``seconds``; the per-tick dt, overrun and previous work."""
     notes = [lock_memory() or 'memory locked', pin_to_cpu(cpu) or f'cpu {cpu}']
+    notes.append(hold_cpu_latency(cpu_idle_latency_us))
     if fifo_priority > 0:
         notes.append(set_fifo(fifo_priority) or f'SCHED_FIFO {fifo_priority}')
     actor = random_actor(5, 1, (64, 64), rate_hz)
@@ -71,9 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument('--cpu', type=int, default=max(os.sched_getaffinity(0)))
     p.add_argument('--fifo', type=int, default=80)
     p.add_argument('--spin-ms', type=float, default=1.0, help='busy-wait before each deadline')
+    p.add_argument(
+        '--cpu-latency-us', type=int, default=-1, help='idle exit latency to hold (-1: leave it)'
+    )
     p.add_argument('--out', required=True, help='.npz with the per-tick figures')
     a = p.parse_args(argv)
-    arrays = run(a.rate, a.seconds, a.cpu, a.fifo, a.spin_ms / 1e3)
+    arrays = run(a.rate, a.seconds, a.cpu, a.fifo, a.spin_ms / 1e3, a.cpu_latency_us)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     atomic_write_bytes(a.out, buf.getvalue())

@@ -36,24 +36,6 @@ from rip_control.rt.process import EXIT_NODE_LOST, EXIT_START_FAILED, SINGLE_THR
 
 _COMMAND_IDS = itertools.count(1)
 
-# A busy loop at SCHED_IDLE on one CPU: it runs only when nothing else wants that CPU, so it
-# takes no time from any task, but the CPU never idles. In a VM whose idle vCPUs halt at once
-# (guest_halt_poll_ns=0), a halted vCPU wakes for a timer only when the hypervisor runs it
-# again: milliseconds late, which is what the control loop's late releases were there. The
-# user-space equivalent of idle=poll, for the run's duration; it ends with its parent.
-_HALT_GUARD = """
-import ctypes, ctypes.util, os, signal, sys
-for sig in (signal.SIGINT, signal.SIGTERM):  # a Ctrl-C to the group ends it quietly
-    signal.signal(sig, signal.SIG_DFL)
-ctypes.CDLL(ctypes.util.find_library('c')).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-if os.getppid() != int(sys.argv[2]):
-    sys.exit(0)
-os.sched_setaffinity(0, {int(sys.argv[1])})
-os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-while True:
-    pass
-"""
-
 
 class RtStartFailed(RuntimeError):
     """The real-time process did not come up; the message says why (its own words if any)."""
@@ -89,7 +71,8 @@ class RtProcess:
     :param switch_interval_s: its Python switch interval.
     :param gc_off: freeze and disable its garbage collector.
     :param node_timeout_s: node silence after which it disengages and exits.
-    :param keep_cpus_awake: run a SCHED_IDLE busy loop on each CPU (see ``_HALT_GUARD``).
+    :param cpu_idle_latency_us: the idle exit latency it holds for every CPU while it runs
+        (-1: none; see :func:`rip_control.rt.realtime.hold_cpu_latency`).
     """
 
     def __init__(
@@ -106,7 +89,7 @@ class RtProcess:
         switch_interval_s: float,
         gc_off: bool,
         node_timeout_s: float,
-        keep_cpus_awake: bool = False,
+        cpu_idle_latency_us: int = -1,
     ) -> None:
         self.sizes = ChannelSizes.for_run(task.rate_hz, transition_floats, actor)
         self._shm = SharedMemory(RtChannels.bytes_needed(self.sizes))
@@ -122,13 +105,12 @@ class RtProcess:
             'fifo_priority': fifo_priority,
             'switch_interval_s': switch_interval_s,
             'gc_off': gc_off,
+            'cpu_idle_latency_us': cpu_idle_latency_us,
             'node_timeout_s': node_timeout_s,
             'parent_pid': os.getpid(),
             'sizes': asdict(self.sizes),
         }
         self.proc: subprocess.Popen[bytes] | None = None
-        self.keep_cpus_awake = keep_cpus_awake
-        self._guards: list[subprocess.Popen[bytes]] = []
         self._command_lock = threading.Lock()  # the commands ring has one producer at a time
         self._ids = _COMMAND_IDS  # unique across processes of one node: no stale answer fits
         self._spawner_done = threading.Event()
@@ -189,14 +171,6 @@ class RtProcess:
         def spawner() -> None:
             try:
                 self.proc = subprocess.Popen(cmd, env=env, pass_fds=(self._shm.fd,))
-                if self.keep_cpus_awake:
-                    self._guards = [
-                        subprocess.Popen(
-                            [sys.executable, '-c', _HALT_GUARD, str(cpu), str(os.getpid())],
-                            env=env,
-                        )
-                        for cpu in sorted(os.sched_getaffinity(0))
-                    ]
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 failure.append(exc)
             started.set()
@@ -255,13 +229,6 @@ class RtProcess:
         """Its exit status, or ``None`` while it runs."""
         return None if self.proc is None else self.proc.poll()
 
-    def _end_guards(self) -> None:
-        for guard in self._guards:
-            if guard.poll() is None:
-                guard.kill()
-                guard.wait()
-        self._guards = []
-
     def kill(self) -> None:
         """SIGKILL (works on a stopped process too) and reap."""
         if self.proc is not None and self.proc.poll() is None:
@@ -295,7 +262,6 @@ class RtProcess:
         with self._command_lock:
             self.ch = None  # type: ignore[assignment]
         self._shm.close()
-        self._end_guards()
         self._spawner_done.set()
 
     # -- the pump thread --------------------------------------------------------------------

@@ -48,7 +48,7 @@ from rip_control.rt.link import (
 )
 from rip_control.rt.loop import ControlLoop, EpisodeSummary, LoopConfig, TickSample
 from rip_control.rt.outbox import Outbox
-from rip_control.rt.realtime import is_fifo, lock_memory, pin_to_cpu, set_fifo
+from rip_control.rt.realtime import hold_cpu_latency, is_fifo, lock_memory, pin_to_cpu, set_fifo
 from rip_control.transitions import Transition
 
 IDLE_POLL_S = 0.002
@@ -228,6 +228,7 @@ class RtControl:
         cfg = self.config
         notes = [lock_memory() or 'memory locked']  # at normal priority, before FIFO
         notes.append(pin_to_cpu(cfg['cpu']) or f'pinned to cpu {cfg["cpu"]}')
+        notes.append(hold_cpu_latency(cfg.get('cpu_idle_latency_us', -1)))
         if cfg['fifo_priority'] > 0:
             notes.append(set_fifo(cfg['fifo_priority']) or f'SCHED_FIFO {cfg["fifo_priority"]}')
         sys.setswitchinterval(cfg['switch_interval_s'])

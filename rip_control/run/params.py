@@ -260,12 +260,13 @@ CONTROL_PARAMETERS = (
         98,
     ),
     Param(
-        'keep_cpus_awake',
-        False,
-        'a SCHED_IDLE busy loop on each CPU while configured, so no CPU idles: in a VM that '
-        'halts idle vCPUs, wake-ups otherwise wait for the hypervisor (it takes no time from '
-        'any task, but a VM host may count it against the VM: measured better in short runs, '
-        'worse in a full test suite here, so off by default)',
+        'cpu_idle_latency_us',
+        0,
+        'while configured, the idle exit latency every CPU is held to (/dev/cpu_dma_latency, root '
+        'only; -1: not requested): at 0 idle CPUs poll instead of halting and the pacer wakes on '
+        'time (a VM halting idle vCPUs wakes it milliseconds late); idle CPUs spin while held',
+        -1,
+        100000,
     ),
     Param('switch_interval_us', 500, 'Python switch interval of the real-time process', 50, 5000),
     Param('tick_topic_max_hz', 100.0, 'rate cap of the per-tick topic', 0.0, 10000.0),

@@ -13,18 +13,17 @@ Threads of this process:
   on ``policy_weights`` (once at start, then every ``publish_every_steps`` updates or
   ``publish_every_s``), and checkpoints every ``checkpoint_every_s``.
 
-SB3's ``learn()`` is never called. The buffer is saved at every checkpoint and at shutdown
-(SIGINT/SIGTERM included) with :mod:`rip_learner.buffer_store`: atomic, no pickle, tagged
-with the rate. ``resume_buffer:=PATH`` continues from one; a buffer from another rate is
-refused at start with both rates named, and the process exits non-zero.
+SB3's ``learn()`` is never called; the SAC side is :mod:`rip_learner.trainer`. The buffer
+is saved at every checkpoint and at shutdown (SIGINT/SIGTERM included) with
+:mod:`rip_learner.buffer_store`: atomic, no pickle, tagged with the rate.
+``resume_buffer:=PATH`` continues from one; a buffer from another rate is refused at start
+with both rates named, and the process exits non-zero.
 """
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from dataclasses import dataclass
+from collections import Counter
 import os
-from pathlib import Path
 import sys
 import threading
 import time
@@ -39,105 +38,50 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
-from rip_control.files import atomic_write_bytes
-from rip_control.policy import PolicyRejected, encode_actor, load_actor_file
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
-from rip_control.ros.bags import BagRejected, read_transitions
 from rip_control.ros.node_params import declare, spin_until_shutdown
 from rip_control.ros.qos import TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.run.params import LEARNER_PARAMETERS
-from rip_control.transitions import Transition, TransitionRejected, check_period, unpack
-from rip_learner import buffer_store
-from rip_learner.buffer_store import (
-    BUFFER_FILE,
-    BufferMeta,
-    BufferRejected,
-    RunFolderInUse,
-    check_run_dir_is_free,
-)
-from rip_learner.sac import (
-    CHECKPOINT_FILE,
-    SacConfig,
-    actor_meta,
-    actor_tensors,
-    build_sac,
-    encode_checkpoint,
-    load_checkpoint,
-    load_initial_networks,
-    sac_state,
-)
+from rip_control.transitions import TransitionRejected, check_period, unpack
+from rip_learner.buffer_store import RunFolderInUse, check_run_dir_is_free
+from rip_learner.learner_settings import LearnerConfigError, LearnerSettings
+from rip_learner.trainer import POLICY_FILE, Trainer
 
-POLICY_FILE = 'policy_latest.safetensors'
-
-
-class LearnerConfigError(ValueError):
-    """A parameter, initial policy or resume file the learner cannot start with."""
-
-
-@dataclass(frozen=True)
-class LearnerSettings:
-    """Everything read from parameters at start."""
-
-    rate_hz: float
-    sac: SacConfig
-    gradient_steps: int
-    learning_starts: int
-    max_chunk: int
-    dt_tolerance_s: float
-    resume_buffer: str
-    resume_bags: tuple[str, ...]
-    policy: str
-    run_dir: Path
-    publish_every_steps: int
-    publish_every_s: float
-    checkpoint_every_s: float
-    nice: int
-    cpus: tuple[int, ...]
-    fault_train_error_after_updates: int = 0
-
+__all__ = ['POLICY_FILE', 'LearnerConfigError', 'LearnerNode', 'LearnerSettings', 'main']
 
 PARAMETERS = LEARNER_PARAMETERS
 
 
 class LearnerNode(Node):
-    """Runs SAC on the transitions of one or more rigs and publishes the actor."""
+    """Runs SAC on the transitions of one or more rigs and publishes the actor.
+
+    ROS on the outside (the ``transitions`` subscription and its checks, ``policy_weights``,
+    ``/diagnostics``), the training thread's schedule (when to train, publish, checkpoint);
+    the SAC side itself is a :class:`rip_learner.trainer.Trainer`.
+    """
 
     def __init__(self, node_name: str = 'rip_learner', **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
         declare(self, PARAMETERS)
-        self.settings = self._read_settings()
-        s = self.settings
+        self.settings = s = LearnerSettings.from_node(self)
         try:
             check_run_dir_is_free(s.run_dir, s.resume_buffer)
         except RunFolderInUse as exc:
             raise LearnerConfigError(str(exc)) from exc
         self._tune_process(s)
-        self.model = build_sac(s.sac)
-        self.version = 0
-        self._load_initial_policy(s)
-        self._lock = threading.Lock()  # the replay buffer: add() and the whole train() call
-        self._inbox: deque[Transition] = deque()
+        self.trainer = Trainer(s, self.get_logger().info)
+        self.trainer.load_initial_policy()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.received = 0
         self.accepted = 0
         self.rejected: Counter[str] = Counter()
-        self.bag_rejected: Counter[str] = Counter()
-        self.bag_imported = 0
-        self.added = 0
-        self.resumed = 0  # transitions loaded from resume_buffer at start
-        self.added_after_start = 0
-        self.train_calls = 0
-        self.train_s = 0.0
-        self.updates = 0
-        self.last_checkpoint = ''
         self.failed: BaseException | None = None  # set if the training thread died
-        self.last_save_s = time.monotonic()
         self._updates_at_publish = 0
         self._publish_t = 0.0
         self._diag_prev = (time.monotonic(), 0)
-        self._resume(s)
-        self._import_bags(s)
+        self.trainer.resume()
+        self.trainer.import_bags()
         self._weights_pub = self.create_publisher(UInt8MultiArray, 'policy_weights', WEIGHTS_QOS)
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self._sub = self.create_subscription(
@@ -153,43 +97,8 @@ class LearnerNode(Node):
         self.get_logger().info(
             f'learner at {s.rate_hz:g} Hz: K={s.gradient_steps}, batch {s.sac.batch_size}, '
             f'nets {list(s.sac.hidden_sizes)}, learning_starts {s.learning_starts}, buffer '
-            f'{self.buffer_size} stored, torch threads {s.sac.torch_threads}, run dir {s.run_dir}'
-        )
-
-    # -- set-up ----------------------------------------------------------------------------
-
-    def _read_settings(self) -> LearnerSettings:
-        p = self.get_parameter
-        try:
-            sac = SacConfig(
-                hidden_sizes=tuple(int(h) for h in p('hidden_sizes').value),
-                batch_size=p('batch_size').value,
-                learning_rate=p('learning_rate').value,
-                gamma=p('gamma').value,
-                tau=p('tau').value,
-                buffer_size=p('buffer_size').value,
-                torch_threads=p('torch_threads').value,
-                seed=p('seed').value,
-            )
-        except ValueError as exc:
-            raise LearnerConfigError(str(exc)) from exc
-        return LearnerSettings(
-            rate_hz=p('rate_hz').value,
-            sac=sac,
-            gradient_steps=p('gradient_steps').value,
-            learning_starts=p('learning_starts').value,
-            max_chunk=p('max_chunk').value,
-            dt_tolerance_s=p('dt_tolerance_ms').value / 1e3,
-            resume_buffer=p('resume_buffer').value,
-            resume_bags=tuple(x.strip() for x in p('resume_bag').value.split(',') if x.strip()),
-            policy=p('policy').value,
-            run_dir=Path(p('runs_dir').value) / p('run_name').value,
-            publish_every_steps=p('publish_every_steps').value,
-            publish_every_s=p('publish_every_s').value,
-            checkpoint_every_s=p('checkpoint_every_s').value,
-            nice=p('nice').value,
-            cpus=tuple(int(c) for c in p('cpus').value),
-            fault_train_error_after_updates=p('fault_train_error_after_updates').value,
+            f'{self.trainer.buffer_size} stored, torch threads {s.sac.torch_threads}, run dir '
+            f'{s.run_dir}'
         )
 
     def _tune_process(self, s: LearnerSettings) -> None:
@@ -209,86 +118,6 @@ class LearnerNode(Node):
                 notes.append(f'cpu pinning refused ({exc})')
         self.get_logger().info('learner process: ' + (', '.join(notes) or 'untuned'))
 
-    def _load_initial_policy(self, s: LearnerSettings) -> None:
-        if not s.policy:
-            return
-        try:
-            actor = load_actor_file(
-                s.policy, rate_hz=s.rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
-            )
-        except PolicyRejected as exc:
-            raise LearnerConfigError(f'initial policy refused: {exc}') from exc
-        if actor.meta.hidden_sizes != s.sac.hidden_sizes:
-            raise LearnerConfigError(
-                f'initial policy {s.policy} has hidden sizes {list(actor.meta.hidden_sizes)} '
-                f'but the learner is configured with {list(s.sac.hidden_sizes)}'
-            )
-        try:
-            ckpt = load_initial_networks(self.model, actor, s.policy, s.rate_hz)
-        except ValueError as exc:
-            raise LearnerConfigError(str(exc)) from exc
-        if ckpt is not None:
-            self.get_logger().info(f'initial SAC networks (critics included) from {ckpt}')
-        self.version = actor.version
-
-    def _resume(self, s: LearnerSettings) -> None:
-        if not s.resume_buffer:
-            return
-        try:
-            arrays, meta = buffer_store.load(
-                s.resume_buffer, rate_hz=s.rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
-            )
-        except BufferRejected as exc:
-            raise LearnerConfigError(f'resume_buffer refused: {exc}') from exc
-        n = buffer_store.insert(self.model.replay_buffer, arrays)
-        self.added = self.resumed = n
-        self.version = max(self.version, meta.policy_version)
-        note = ''
-        ckpt = Path(s.resume_buffer).with_name(CHECKPOINT_FILE)
-        if ckpt.exists() and not s.policy:
-            self._load_checkpoint(ckpt)
-            note = f' and the SAC networks from {ckpt}'
-        self.get_logger().info(
-            f'resumed {n} transitions from {s.resume_buffer}{note} (policy version {self.version})'
-        )
-
-    def _import_bags(self, s: LearnerSettings) -> None:
-        """Fill the buffer from recorded bags, with the checks live transitions get."""
-        if not s.resume_bags:
-            return
-        try:
-            got = read_transitions(
-                s.resume_bags,
-                rate_hz=s.rate_hz,
-                obs_size=OBS_SIZE,
-                action_size=ACTION_SIZE,
-                dt_tolerance_s=s.dt_tolerance_s,
-            )
-        except BagRejected as exc:
-            raise LearnerConfigError(f'resume_bag refused: {exc}') from exc
-        self._inbox.extend(got.transitions)
-        self.bag_rejected = got.rejected
-        n = self._drain_inbox()
-        self.bag_imported = n
-        self.added_after_start = 0  # imported data is not owed K updates each
-        per_bag = ', '.join(f'{k}: {v}' for k, v in got.per_bag.items())
-        self.get_logger().info(
-            f'imported {n} transitions from {len(got.per_bag)} bag(s) ({per_bag}); '
-            f'{got.messages} messages read, rejected {dict(got.rejected) or "none"}'
-        )
-
-    def _load_checkpoint(self, path: Path) -> None:
-        try:
-            load_checkpoint(self.model, path.read_bytes(), self.settings.rate_hz, str(path))
-        except (OSError, ValueError) as exc:
-            raise LearnerConfigError(str(exc)) from exc
-
-    @property
-    def buffer_size(self) -> int:
-        """Transitions stored in the replay buffer."""
-        rb = self.model.replay_buffer
-        return int(rb.buffer_size if rb.full else rb.pos)
-
     # -- receiving -------------------------------------------------------------------------
 
     def _on_transition(self, msg: Float32MultiArray) -> None:
@@ -306,60 +135,28 @@ class LearnerNode(Node):
             )
             return
         self.accepted += 1
-        self._inbox.append(t)
+        self.trainer.put(t)
         self._wake.set()
 
-    # -- training --------------------------------------------------------------------------
-
-    def _drain_inbox(self) -> int:
-        rb = self.model.replay_buffer
-        n = 0
-        with self._lock:
-            while self._inbox:
-                t = self._inbox.popleft()
-                rb.add(
-                    t.obs[None],
-                    t.next_obs[None],
-                    t.action[None],
-                    np.array([t.reward], dtype=np.float32),
-                    np.array([float(t.terminated or t.truncated)], dtype=np.float32),
-                    [{'TimeLimit.truncated': bool(t.truncated and not t.terminated)}],
-                )
-                n += 1
-        self.added += n
-        if self.buffer_size >= self.settings.learning_starts:
-            self.added_after_start += n
-        return n
+    # -- the training thread ---------------------------------------------------------------
 
     def _train_main(self) -> None:
-        s = self.settings
+        s, tr = self.settings, self.trainer
         try:
             self._publish_weights()
             while not self._stop.is_set() and self.context.ok():
-                self._drain_inbox()
-                due = s.gradient_steps * self.added_after_start - self.updates
-                if due > 0 and self.buffer_size >= max(1, s.learning_starts):
-                    n = min(due, s.max_chunk)
-                    t0 = time.perf_counter()
-                    with self._lock:
-                        self.model.train(gradient_steps=n, batch_size=s.sac.batch_size)
-                    self.train_s += time.perf_counter() - t0
-                    self.train_calls += 1
-                    self.updates += n
-                    fault_at = s.fault_train_error_after_updates
-                    if fault_at and self.updates >= fault_at:
-                        raise RuntimeError(f'injected training fault after {self.updates} updates')
-                else:
+                tr.drain()
+                if not tr.train_due():
                     self._wake.wait(0.05)
                     self._wake.clear()
                 now = time.monotonic()
-                trained = self.updates - self._updates_at_publish
+                trained = tr.updates - self._updates_at_publish
                 if trained >= s.publish_every_steps or (
                     trained > 0 and now - self._publish_t >= s.publish_every_s
                 ):
                     self._publish_weights()
-                if now - self.last_save_s >= s.checkpoint_every_s:
-                    self.checkpoint()
+                if now - tr.last_save_s >= s.checkpoint_every_s:
+                    tr.checkpoint()
         except Exception as exc:  # noqa: BLE001 - reported, and the process exits non-zero
             if not self.context.ok():
                 return  # shutting down (SIGINT/SIGTERM): the final save happens in main()
@@ -374,46 +171,14 @@ class LearnerNode(Node):
                 self.get_logger().error(f'final diagnostics not sent: {diag_exc!r}')
             rclpy.try_shutdown(context=self.context)
 
-    def _actor_bytes(self) -> bytes:
-        s = self.settings
-        extra = {
-            'learner_train_calls': str(self.train_calls),
-            'learner_total_train_s': repr(self.train_s),
-            'learner_updates': str(self.updates),
-        }
-        meta = actor_meta(s.sac, self.version, s.rate_hz)
-        return encode_actor(meta, actor_tensors(self.model), extra)
-
     def _publish_weights(self) -> None:
-        self.version += 1
+        tr = self.trainer
+        tr.version += 1
         msg = UInt8MultiArray()
-        msg.data = self._actor_bytes()
+        msg.data = tr.actor_bytes()
         self._weights_pub.publish(msg)
-        self._updates_at_publish = self.updates
+        self._updates_at_publish = tr.updates
         self._publish_t = time.monotonic()
-
-    # -- persistence -----------------------------------------------------------------------
-
-    def checkpoint(self) -> None:
-        """Save the buffer, the actor and the SAC networks into the run folder (atomic)."""
-        s = self.settings
-        t0 = time.monotonic()
-        with self._lock:
-            arrays = buffer_store.extract(self.model.replay_buffer)
-            state = sac_state(self.model)
-            actor = self._actor_bytes()
-        meta = BufferMeta(s.rate_hz, OBS_SIZE, ACTION_SIZE, len(arrays['rewards']), self.version)
-        buffer_store.save(s.run_dir / BUFFER_FILE, arrays, meta)
-        atomic_write_bytes(s.run_dir / POLICY_FILE, actor)
-        atomic_write_bytes(
-            s.run_dir / CHECKPOINT_FILE, encode_checkpoint(state, self.version, s.rate_hz)
-        )
-        self.last_save_s = time.monotonic()
-        self.last_checkpoint = time.strftime('%H:%M:%S')
-        self.get_logger().info(
-            f'checkpoint: {meta.count} transitions, policy v{self.version}, '
-            f'{self.updates} updates -> {s.run_dir} ({time.monotonic() - t0:.2f} s)'
-        )
 
     def shutdown(self) -> None:
         """Stop training and save everything (called on every way out)."""
@@ -422,46 +187,48 @@ class LearnerNode(Node):
         self._wake.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=30.0)
-        self._drain_inbox()
-        self.checkpoint()
+        self.trainer.drain()
+        self.trainer.checkpoint()
 
     # -- diagnostics -----------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
         """Counters for diagnostics and the runner."""
+        tr = self.trainer
         return {
-            'buffer_size': self.buffer_size,
-            'buffer_resumed': self.resumed,
+            'buffer_size': tr.buffer_size,
+            'buffer_resumed': tr.resumed,
             'transitions_received': self.received,
             'transitions_accepted': self.accepted,
             'transitions_rejected': sum(self.rejected.values()),
             **{f'rejected_{k}': v for k, v in sorted(self.rejected.items())},
-            'bag_imported': self.bag_imported,
-            **{f'bag_rejected_{k}': v for k, v in sorted(self.bag_rejected.items())},
-            'gradient_steps_done': self.updates,
-            'train_calls': self.train_calls,
-            'train_seconds': round(self.train_s, 3),
+            'bag_imported': tr.bag_imported,
+            **{f'bag_rejected_{k}': v for k, v in sorted(tr.bag_rejected.items())},
+            'gradient_steps_done': tr.updates,
+            'train_calls': tr.train_calls,
+            'train_seconds': round(tr.train_s, 3),
             'updates_per_transition': (
-                self.updates / self.added_after_start if self.added_after_start else 0.0
+                tr.updates / tr.added_after_start if tr.added_after_start else 0.0
             ),
-            'policy_version_published': self.version,
-            'last_checkpoint': self.last_checkpoint or 'none',
+            'policy_version_published': tr.version,
+            'last_checkpoint': tr.last_checkpoint or 'none',
         }
 
     def _publish_diagnostics(self) -> None:
+        tr = self.trainer
         values = self.stats()
         now = time.monotonic()
         prev_t, prev_updates = self._diag_prev
-        values['updates_per_s'] = round((self.updates - prev_updates) / max(now - prev_t, 1e-9), 1)
-        self._diag_prev = (now, self.updates)
-        level, message = DiagnosticStatus.OK, 'training' if self.updates else 'waiting for data'
+        values['updates_per_s'] = round((tr.updates - prev_updates) / max(now - prev_t, 1e-9), 1)
+        self._diag_prev = (now, tr.updates)
+        level, message = DiagnosticStatus.OK, 'training' if tr.updates else 'waiting for data'
         k = self.settings.gradient_steps
         if self.failed is not None:
             failed = f'{type(self.failed).__name__}: {self.failed}'
             level, message = DiagnosticStatus.ERROR, f'training failed: {failed}'
         elif values['transitions_rejected']:
             level, message = DiagnosticStatus.WARN, 'transitions rejected'
-        elif self.added_after_start > 500 and values['updates_per_transition'] < 0.5 * k:
+        elif tr.added_after_start > 500 and values['updates_per_transition'] < 0.5 * k:
             level, message = DiagnosticStatus.WARN, 'falling behind K updates per transition'
         status = DiagnosticStatus(
             name=f'{self.get_name()}: learner',

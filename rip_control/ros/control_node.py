@@ -18,6 +18,12 @@ Threads of this process:
   ``policy_weights`` subscription (decoded and validated here, then handed over as the
   latest value).
 
+What it does is in modules of their own: :mod:`~rip_control.ros.control_settings` (the
+parameters, read at configure), :mod:`~rip_control.ros.loop_outputs` (topics and files of
+what the loop produced), :mod:`~rip_control.ros.weights_intake` (``policy_weights`` checked
+and handed over), :mod:`~rip_control.ros.control_diagnostics` (``/diagnostics``). This module
+is the lifecycle and the watch over the real-time process.
+
 Lifecycle: configure starts the real-time process (which opens the rig, disengaged) with the
 initial policy; activate tells it to run episodes (it engages); deactivate tells it to stop
 (it disengages and confirms); cleanup ends it. A fault inside the loop (TimingViolation,
@@ -30,84 +36,33 @@ process disengages and exits. The firmware deadman stays the last line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-import io
-import math
 import os
-from pathlib import Path
 import sys
 import threading
 import time
 from typing import Any
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-import numpy as np
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from std_msgs.msg import (
-    Float32MultiArray,
-    Float64MultiArray,
-    MultiArrayDimension,
-    UInt8MultiArray,
-)
+from std_msgs.msg import UInt8MultiArray
 
-from rip_control.files import atomic_write_bytes
-from rip_control.policy import (
-    NumpyActor,
-    PolicyRejected,
-    decode_actor,
-    load_actor_file,
-    random_actor,
-)
+from rip_control.policy import NumpyActor, PolicyRejected, load_actor_file, random_actor
 from rip_control.rig.client import LowLevelClient, RigError
-from rip_control.rig.env import ACTION_SIZE, OBS_SIZE, TaskConfig
+from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+from rip_control.ros.control_diagnostics import ControlDiagnostics, fault_name
+from rip_control.ros.control_settings import NodeSettings
+from rip_control.ros.loop_outputs import LoopOutputs
 from rip_control.ros.node_params import declare, spin_until_shutdown
-from rip_control.ros.qos import TICK_QOS, TRANSITIONS_QOS, WEIGHTS_QOS
+from rip_control.ros.qos import WEIGHTS_QOS
+from rip_control.ros.weights_intake import WeightsIntake
 from rip_control.rt.handle import RtProcess, RtStartFailed, describe_exit
 from rip_control.rt.link import RtStatus
-from rip_control.rt.loop import EpisodeSummary, LoopConfig
+from rip_control.rt.loop import EpisodeSummary
 from rip_control.rt.realtime import is_fifo, set_fifo
 from rip_control.run.params import CONTROL_PARAMETERS
-from rip_control.telemetry import EpisodeTiming, TimingCsv
 from rip_control.transitions import field_layout
-
-EPISODE_FIELDS = (
-    'episode',
-    'return',
-    'balance_s',
-    'n_ticks',
-    'dt_mean_ms',
-    'dt_std_ms',
-    'max_overrun_ms',
-    'n_strikes',
-    'policy_version',
-    'terminated',
-)
-
-
-@dataclass(frozen=True)
-class NodeSettings:
-    """Everything read from parameters at configure time."""
-
-    task: TaskConfig
-    loop: LoopConfig
-    serial_port: str
-    serial_timeout_s: float
-    policy: str
-    allow_random_policy: bool
-    hidden_sizes: tuple[int, ...]
-    run_dir: Path
-    control_cpu: int
-    fifo_priority: int
-    switch_interval_s: float
-    tick_topic_max_hz: float
-    tick_trace: str
-    gc_off: bool
-    node_timeout_s: float
-    cpu_idle_latency_us: int
-
 
 PARAMETERS = CONTROL_PARAMETERS
 PUMP_PERIOD_S = 0.002
@@ -144,76 +99,17 @@ class ControlNode(LifecycleNode):
         self._stop_reply = threading.Condition()
         self._last_stop: dict[str, Any] = {}
         self._exit_event: dict[str, Any] = {}
-        self._csv: TimingCsv | None = None
-        self._entities: list[Any] = []
+        self._outputs: LoopOutputs | None = None  # topics and files, while configured
+        self._weights_sub: Any = None
+        self._weights = WeightsIntake(self.get_logger())
+        self._diagnostics = ControlDiagnostics(self)
         self._publish_enabled = True
-        self._weights_rejected = 0
-        self._weights_accepted = 0
-        self._last_reject_reason = ''
-        self._transitions_published = 0
-        self._transitions_unsent = 0
-        self._transitions_unmatched = 0
-        self._episodes_done = 0
-        self._last_episode: EpisodeSummary | None = None
+        self._episodes_done = 0  # the next activation's first episode number
         self._rt_notes: list[str] = []
         self._control_fifo = False
         self._activation_base = 0  # the RT status's activation count when we last activated
-        self._diag_prev: tuple[float, int] = (time.monotonic(), 0)
-        self._rate_warn_armed = False
-        self._trace: list[tuple[float, float, float]] = []
-        self._last_tick_pub = 0.0
-        self._learner_stats = (0, 0.0)  # train calls, train seconds: from the weights metadata
-        self._learner_at_episode = (0, 0.0)
         self._fault_guard = self.create_guard_condition(self._on_control_fault)
         self.create_timer(1.0, self._publish_diagnostics)
-        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-
-    # -- parameters ------------------------------------------------------------------------
-
-    def _read_settings(self) -> NodeSettings:
-        p = self.get_parameter
-        task = TaskConfig(
-            rate_hz=p('rate_hz').value,
-            episode_seconds=p('episode_seconds').value,
-            max_action_v=p('max_action_v').value,
-            arm_limit_rad=p('arm_limit_rad').value,
-        )
-        loop = LoopConfig(
-            timing_violation_threshold_s=p('timing_violation_threshold_ms').value / 1e3,
-            max_strikes=p('max_strikes').value,
-            hung_timeout_s=p('hung_timeout_ms').value / 1e3,
-            max_serial_errors=p('max_serial_errors').value,
-            stochastic_actions=p('stochastic_actions').value,
-            episodes=p('episodes').value,
-            seed=p('seed').value,
-            fault_tick_delay_s=p('fault_tick_delay_ms').value / 1e3,
-            fault_after_ticks=p('fault_after_ticks').value,
-        )
-        cpu = p('control_cpu').value
-        if cpu < 0:
-            cpu = max(os.sched_getaffinity(0))
-        port = p('serial_port').value
-        if not port:
-            raise ValueError('serial_port is empty: name the rig device (or start the emulator)')
-        hidden = tuple(int(h) for h in p('hidden_sizes').value)
-        return NodeSettings(
-            task=task,
-            loop=loop,
-            serial_port=port,
-            serial_timeout_s=p('serial_timeout_ms').value / 1e3,
-            policy=p('policy').value,
-            allow_random_policy=p('allow_random_policy').value,
-            hidden_sizes=hidden,
-            run_dir=Path(p('runs_dir').value) / p('run_name').value,
-            control_cpu=cpu,
-            fifo_priority=p('fifo_priority').value,
-            switch_interval_s=p('switch_interval_us').value / 1e6,
-            tick_topic_max_hz=p('tick_topic_max_hz').value,
-            tick_trace=p('tick_trace').value,
-            gc_off=p('gc_off').value,
-            node_timeout_s=p('node_timeout_ms').value / 1e3,
-            cpu_idle_latency_us=p('cpu_idle_latency_us').value,
-        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -225,7 +121,7 @@ class ControlNode(LifecycleNode):
         process left running.
         """
         try:
-            s = self._read_settings()
+            s = NodeSettings.from_node(self)
             actor = self._initial_actor(s)
         except (ValueError, PolicyRejected) as exc:
             self.get_logger().error(f'configure failed: {exc}')
@@ -265,8 +161,14 @@ class ControlNode(LifecycleNode):
             if 'refused' in note or 'unavailable' in note:
                 self.get_logger().warning(f'real-time process: {note}; carrying on without it')
         self.get_logger().info('real-time process: ' + ', '.join(self._rt_notes))
-        self._csv = TimingCsv(s.run_dir / 'timing.csv')
-        self._create_entities()
+        self._outputs = LoopOutputs(self, s.run_dir, s.tick_topic_max_hz, s.tick_trace)
+        self._weights_sub = self.create_subscription(
+            UInt8MultiArray,
+            'policy_weights',
+            self._on_weights,
+            WEIGHTS_QOS,
+            callback_group=MutuallyExclusiveCallbackGroup(),
+        )
         self._start_pump()
         self.get_logger().info(
             f'configured: {s.task.rate_hz:g} Hz on {s.serial_port} (protocol '
@@ -289,41 +191,6 @@ class ControlNode(LifecycleNode):
             OBS_SIZE, ACTION_SIZE, s.hidden_sizes, s.task.rate_hz, seed=s.loop.seed
         )
 
-    def _create_entities(self) -> None:
-        self._transitions_pub = self.create_publisher(
-            Float32MultiArray, 'transitions', TRANSITIONS_QOS
-        )
-        self._tick_pub = self.create_publisher(Float64MultiArray, '~/tick', TICK_QOS)
-        self._episode_pub = self.create_publisher(Float64MultiArray, '~/episode', 10)
-        self._weights_group = MutuallyExclusiveCallbackGroup()
-        self._weights_sub = self.create_subscription(
-            UInt8MultiArray,
-            'policy_weights',
-            self._on_weights,
-            WEIGHTS_QOS,
-            callback_group=self._weights_group,
-        )
-        self._entities = [self._transitions_pub, self._tick_pub, self._episode_pub]
-        layout = field_layout(OBS_SIZE, ACTION_SIZE)
-        self._layout_dims = [
-            MultiArrayDimension(label=label, size=size, stride=size) for label, size in layout
-        ]
-        self._episode_dims = [
-            MultiArrayDimension(label=label, size=1, stride=1) for label in EPISODE_FIELDS
-        ]
-        self._tick_dims = [
-            MultiArrayDimension(label='dt_ms', size=1, stride=1),
-            MultiArrayDimension(label='overrun_ms', size=1, stride=1),
-        ]
-
-    def _destroy_entities(self) -> None:
-        for pub in self._entities:
-            self.destroy_publisher(pub)
-        if getattr(self, '_weights_sub', None) is not None:
-            self.destroy_subscription(self._weights_sub)
-            self._weights_sub = None
-        self._entities = []
-
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Tell the real-time process to run episodes; it engages the motor.
 
@@ -336,12 +203,10 @@ class ControlNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         self._fault = None
         self._motor_confirmed_off = False
-        self._trace = []
+        if self._outputs is not None:
+            self._outputs.start_trace()
         self._activation_base = rt.status_from_pump().activation
-        # The tick rate in the diagnostics counts from here; the first report after an
-        # activation also spans the start-up, so it never warns.
-        self._diag_prev = (time.monotonic(), 0)
-        self._rate_warn_armed = False
+        self._diagnostics.activated()  # the tick rate in the diagnostics counts from here
         if not rt.command('activate', first_episode=self._episodes_done):
             self._motor_confirmed_off = True
             self.get_logger().error('activate refused: the command ring is full')
@@ -496,15 +361,17 @@ class ControlNode(LifecycleNode):
                         f'real-time process {describe_exit(code)} at cleanup'
                     )
         self._stop_pump()
-        self._destroy_entities()
+        if self._weights_sub is not None:
+            self.destroy_subscription(self._weights_sub)
+            self._weights_sub = None
+        if self._outputs is not None:
+            self._outputs.destroy()
+            self._outputs = None
         if rt is not None:
             rt.kill()
             with self._rt_lock:
                 rt.close()
                 self._rt = None
-        if self._csv is not None:
-            self._csv.close()
-            self._csv = None
 
     def _on_control_fault(self) -> None:
         """Executor side of a fault: leave active (motor already off), or error out if lost."""
@@ -605,34 +472,12 @@ class ControlNode(LifecycleNode):
 
     def _drain(self, publish: bool = True) -> None:
         """Empty the rings: publish (or count as unsent), trace, write timing rows, events."""
-        s, rt = self._settings, self._rt
-        if s is None or rt is None or rt.ch is None or not self._entities:
+        s, rt, out = self._settings, self._rt, self._outputs
+        if s is None or rt is None or rt.ch is None or out is None or not out.alive:
             return
         rt.status_from_pump()  # first: the hung-loop watchdog reads it whatever fails below
-        for raw in rt.transitions_from_pump():
-            if not publish:
-                self._transitions_unsent += 1
-                continue
-            msg = Float32MultiArray()
-            msg.layout.dim = self._layout_dims
-            msg.data = np.frombuffer(raw, np.float32).tolist()
-            if self._transitions_pub.get_subscription_count() == 0:
-                # No learner (or recorder) matched: this one reaches nobody. DDS notices a
-                # killed subscriber only when its lease runs out, so this lags such a death.
-                self._transitions_unmatched += 1
-            self._transitions_pub.publish(msg)
-            self._transitions_published += 1
-        min_gap = 1.0 / s.tick_topic_max_hz if s.tick_topic_max_hz > 0 else math.inf
-        now = time.monotonic()
-        for dt_s, overrun_s, prev_work_s, _strike in rt.ticks_from_pump():
-            if s.tick_trace:
-                self._trace.append((dt_s, overrun_s, prev_work_s))
-            if publish and now - self._last_tick_pub >= min_gap * 0.999:
-                self._last_tick_pub = now
-                msg64 = Float64MultiArray()
-                msg64.layout.dim = self._tick_dims
-                msg64.data = [dt_s * 1e3, overrun_s * 1e3]
-                self._tick_pub.publish(msg64)
+        out.transitions(rt.transitions_from_pump(), publish)
+        out.ticks(rt.ticks_from_pump(), publish)
         for ev in rt.events_from_pump():
             try:
                 self._on_event(ev, publish)
@@ -645,8 +490,12 @@ class ControlNode(LifecycleNode):
         kind = ev.get('event')
         log = self.get_logger()
         if kind == 'episode':
-            fields = {k: v for k, v in ev.items() if k != 'event'}
-            self._on_episode(EpisodeSummary(**fields), publish=publish)
+            ep = EpisodeSummary(**{k: v for k, v in ev.items() if k != 'event'})
+            rt, out = self._rt, self._outputs
+            if out is not None:
+                violations = rt.status.violations if rt is not None else 0
+                out.episode(ep, violations, self._weights.learner_stats, publish)
+            self._episodes_done = max(self._episodes_done, ep.episode + 1)
         elif kind == 'stopped':
             fault = ev.get('fault')
             if fault and int(ev.get('activation', 0)) > self._activation_base:
@@ -677,76 +526,10 @@ class ControlNode(LifecycleNode):
                 log.info(text)
 
     def _write_trace(self) -> None:
-        s, rt = self._settings, self._rt
-        if s is None or not s.tick_trace or not self._trace:
-            return
-        trace = np.asarray(self._trace, dtype=np.float64)
-        st = rt.status if rt is not None else RtStatus()
-        arrays = {
-            'dt_s': trace[:, 0],
-            'overrun_s': trace[:, 1],
-            'prev_work_s': trace[:, 2],
-            'rate_hz': np.float64(s.task.rate_hz),
-            'violations': np.int64(st.violations),
-            'missed_ticks': np.int64(st.missed_ticks),
-            'ticks_dropped': np.int64(st.ticks_dropped),
-            'fifo': np.bool_(self._control_fifo),
-            'swap_max_s': np.float64(st.swap_max_s),
-        }
-        path = Path(s.tick_trace)
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        atomic_write_bytes(path, buf.getvalue())
-        self.get_logger().info(f'tick trace of {len(trace)} ticks written to {path}')
-        self._trace = []
-
-    def _on_episode(self, ep: EpisodeSummary, publish: bool = True) -> None:
-        self._last_episode = ep
-        rt = self._rt
-        violations = rt.status.violations if rt is not None else 0
-        calls, secs = self._learner_stats
-        calls0, secs0 = self._learner_at_episode
-        self._learner_at_episode = self._learner_stats
-        if self._csv is not None:
-            self._csv.append(
-                EpisodeTiming(
-                    episode=ep.episode,
-                    n_ticks=ep.n_ticks,
-                    mean_tick_dt_ms=ep.dt_mean_s * 1e3,
-                    std_tick_dt_ms=ep.dt_std_s * 1e3,
-                    max_overrun_ms=ep.max_overrun_s * 1e3,
-                    n_violations=violations,
-                    learner_train_calls=max(calls - calls0, 0),
-                    learner_total_train_s=max(secs - secs0, 0.0),
-                    episode_return=ep.episode_return,
-                    balance_s=ep.balance_s,
-                    policy_version=ep.policy_version,
-                )
-            )
-        self._episodes_done = max(self._episodes_done, ep.episode + 1)
-        if not publish:
-            return
-        msg = Float64MultiArray()
-        msg.layout.dim = self._episode_dims
-        msg.data = [
-            float(ep.episode),
-            ep.episode_return,
-            ep.balance_s,
-            float(ep.n_ticks),
-            ep.dt_mean_s * 1e3,
-            ep.dt_std_s * 1e3,
-            ep.max_overrun_s * 1e3,
-            float(ep.n_strikes),
-            float(ep.policy_version),
-            float(ep.terminated),
-        ]
-        self._episode_pub.publish(msg)
-        self.get_logger().info(
-            f'episode {ep.episode}: return {ep.episode_return:.2f}, balance {ep.balance_s:.2f} s, '
-            f'tick {ep.dt_mean_s * 1e3:.3f}±{ep.dt_std_s * 1e3:.3f} ms, max overrun '
-            f'{ep.max_overrun_s * 1e3:.2f} ms, policy v{ep.policy_version}, '
-            f'{ep.transitions_published} transitions ({ep.transitions_dropped_late} late dropped)'
-        )
+        s, rt, out = self._settings, self._rt, self._outputs
+        if s is not None and out is not None:
+            st = rt.status if rt is not None else RtStatus()
+            out.write_trace(s.task.rate_hz, st, self._control_fifo)
 
     # -- weights ---------------------------------------------------------------------------
 
@@ -758,145 +541,29 @@ class ControlNode(LifecycleNode):
         s, rt = self._settings, self._rt
         if s is None or rt is None or rt.ch is None or self._rt_lost:
             return
-        try:
-            actor = decode_actor(
-                bytes(msg.data),
-                rate_hz=s.task.rate_hz,
-                obs_size=OBS_SIZE,
-                action_size=ACTION_SIZE,
-                min_version=rt.weights_version,
-            )
-            rt.write_weights(actor)
-            md = actor.metadata
-            self._learner_stats = (
-                int(md.get('learner_train_calls', '0')),
-                float(md.get('learner_total_train_s', '0')),
-            )
-        except (PolicyRejected, ValueError) as exc:
-            self._weights_rejected += 1
-            self._last_reject_reason = str(exc)
-            self.get_logger().warning(
-                f'policy weights rejected ({self._weights_rejected} so far): {exc}',
-                throttle_duration_sec=5.0,
-            )
-            return
-        self._weights_accepted += 1
+        self._weights.take(bytes(msg.data), rt, s.task.rate_hz)
 
     # -- diagnostics -----------------------------------------------------------------------
 
-    def _transitions_subscribers(self) -> int:
-        """Subscriptions (learners, recorders) this node's own publisher has matched."""
-        return self._transitions_pub.get_subscription_count() if self._entities else 0
-
     def _publish_diagnostics(self) -> None:
-        status = DiagnosticStatus(
-            name=f'{self.get_fully_qualified_name().lstrip("/")}: control loop',
-            hardware_id=f'rip_rig{self.get_namespace().rstrip("/")}',
+        s = self._settings
+        self._diagnostics.publish(
+            state=self._state_machine.current_state[1],
+            rate_hz=s.task.rate_hz if s is not None else None,
+            rt=self._rt,
+            activation_base=self._activation_base,
+            rt_lost=self._rt_lost,
+            fault=self._fault,
+            realtime_notes=self._rt_notes,
+            fifo=self._control_fifo,
+            weights=self._weights,
+            outputs=self._outputs,
         )
-        rt, s = self._rt, self._settings
-        state = self._state_machine.current_state[1]
-        values: dict[str, Any] = {'lifecycle_state': state}
-        level, message = DiagnosticStatus.OK, state
-        if self._rt_lost:
-            level, message = DiagnosticStatus.ERROR, f'real-time process lost: {self._rt_lost}'
-        if s is not None and rt is not None:
-            st = rt.status
-            values.update(
-                target_rate_hz=s.task.rate_hz,
-                policy_version=st.policy_version,
-                policy_age_s=(time.monotonic() - st.policy_swapped_at_s)
-                if st.policy_swapped_at_s
-                else -1.0,
-                policy_swap_max_ms=st.swap_max_s * 1e3,
-                weights_accepted=self._weights_accepted,
-                weights_rejected=self._weights_rejected,
-                last_weights_rejection=self._last_reject_reason or 'none',
-                transitions_published=self._transitions_published,
-                transitions_subscribers=self._transitions_subscribers(),
-                transitions_unmatched=self._transitions_unmatched,
-                transitions_unsent=self._transitions_unsent,
-                control_process=f'pid {rt.pid} ({describe_exit(rt.poll())})',
-                realtime=', '.join(self._rt_notes),
-                control_thread_fifo=self._control_fifo,
-            )
-        if rt is not None and s is not None and st.activation > self._activation_base:
-            now = time.monotonic()
-            prev_t, prev_ticks = self._diag_prev
-            ticks, tick_s = st.ticks, st.last_tick_s
-            if prev_ticks and ticks > prev_ticks:
-                # Ticks over the span of their own deadlines: exact while none is missed. Over
-                # the report's wall-clock window, one tick more or less (2 % at 50 Hz) would
-                # come and go with the timer's jitter and cross the 1 % WARN threshold.
-                rate = (ticks - prev_ticks) / (tick_s - prev_t)
-            elif ticks > prev_ticks:  # the first report after an activation (never warns)
-                rate = ticks / max(now - prev_t, 1e-9)
-            else:
-                rate = 0.0  # no tick since the last report
-            self._diag_prev = (tick_s if ticks else now, ticks)
-            values.update(
-                tick_rate_hz=rate,
-                dt_mean_ms=st.dt_mean_s * 1e3,
-                dt_std_ms=st.dt_std_s * 1e3,
-                max_overrun_ms=st.max_overrun_s * 1e3,
-                strikes=st.strikes_total,
-                violations=st.violations,
-                missed_ticks=st.missed_ticks,
-                serial_errors=st.serial_errors,
-                serial_timeouts=st.serial_timeouts,
-                serial_stale_replies=st.serial_stale_replies,
-                serial_bad_frames=st.serial_bad_frames,
-                serial_bytes_skipped=st.serial_bytes_skipped,
-                # Since the activation, each queued transition is published, withdrawn or
-                # dropped by a full ring; one dropped late was never queued.
-                transitions_queued=st.transitions_queued,
-                outbox_dropped=st.transitions_dropped_full,
-                transitions_withdrawn=st.transitions_withdrawn,
-                transitions_dropped_late=st.transitions_dropped_late,
-                episodes=st.episodes,
-                phase=st.phase_name,
-            )
-            if self._rt_lost:
-                pass
-            elif st.violations or self._fault is not None:
-                level = DiagnosticStatus.ERROR
-                message = (
-                    f'stopped: {fault_name(self._fault)}: {self._fault}'
-                    if self._fault
-                    else 'violation'
-                )
-            elif (
-                state == 'active'
-                and self._rate_warn_armed
-                and abs(rate - s.task.rate_hz) > 0.01 * s.task.rate_hz
-            ):
-                level, message = DiagnosticStatus.WARN, f'tick rate {rate:.2f} Hz'
-            elif (
-                st.serial_errors
-                or st.serial_bad_frames
-                or st.serial_bytes_skipped
-                or self._weights_rejected
-            ):
-                level = DiagnosticStatus.WARN
-                message = 'serial errors, line noise or rejected weights'
-            if state == 'active':
-                self._rate_warn_armed = True
-        status.level = level
-        status.message = message
-        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
-        arr = DiagnosticArray()
-        arr.header.stamp = self.get_clock().now().to_msg()
-        arr.status = [status]
-        self._diag_pub.publish(arr)
 
 
 def s_timeout(s: NodeSettings | None) -> float:
     """The serial timeout of the settings (0 without settings)."""
     return s.serial_timeout_s if s is not None else 0.0
-
-
-def fault_name(exc: BaseException) -> str:
-    """The name of a fault: the real-time process's exception type for one it reported."""
-    return getattr(exc, 'name', type(exc).__name__)
 
 
 class _LoopFault(RuntimeError):

@@ -1,0 +1,215 @@
+"""What the control loop produced, on its way out of the node: three topics and two files.
+
+The real-time process writes transitions, per-tick samples and episode summaries into its
+rings; the node's pump thread reads them and hands them here, where they become
+``transitions`` and ``~/tick`` and ``~/episode`` messages, ``timing.csv`` rows and (for the
+benchmarks) the tick trace. Nothing here blocks on a peer: a publish with no subscriber is
+counted, not held back.
+
+Made at configure, destroyed at cleanup; one thread at a time calls it (the pump thread, or
+the node after the pump has stopped).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+import time
+from typing import Any
+
+import numpy as np
+from std_msgs.msg import Float32MultiArray, Float64MultiArray, MultiArrayDimension
+
+from rip_control.files import atomic_write_bytes
+from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+from rip_control.ros.qos import TICK_QOS, TRANSITIONS_QOS
+from rip_control.rt.link import RtStatus
+from rip_control.rt.loop import EpisodeSummary
+from rip_control.telemetry import EpisodeTiming, TimingCsv
+from rip_control.transitions import field_layout
+
+EPISODE_FIELDS = (
+    'episode',
+    'return',
+    'balance_s',
+    'n_ticks',
+    'dt_mean_ms',
+    'dt_std_ms',
+    'max_overrun_ms',
+    'n_strikes',
+    'policy_version',
+    'terminated',
+)
+
+
+def _dims(labels_sizes: Any) -> list[MultiArrayDimension]:
+    return [MultiArrayDimension(label=label, size=n, stride=n) for label, n in labels_sizes]
+
+
+class LoopOutputs:
+    """The loop's publishers and files, and the counts of what went where.
+
+    :param node: the node the publishers belong to (and whose logger reports episodes).
+    :param run_dir: where ``timing.csv`` goes.
+    :param tick_topic_max_hz: rate cap of ``~/tick`` (0: no samples published).
+    :param tick_trace: ``.npz`` path for every tick's figures on :meth:`write_trace` (empty:
+        none kept).
+    """
+
+    def __init__(
+        self, node: Any, run_dir: Path, tick_topic_max_hz: float, tick_trace: str
+    ) -> None:
+        self._node = node
+        self._transitions_pub = node.create_publisher(
+            Float32MultiArray, 'transitions', TRANSITIONS_QOS
+        )
+        self._tick_pub = node.create_publisher(Float64MultiArray, '~/tick', TICK_QOS)
+        self._episode_pub = node.create_publisher(Float64MultiArray, '~/episode', 10)
+        self._layout_dims = _dims(field_layout(OBS_SIZE, ACTION_SIZE))
+        self._episode_dims = _dims((label, 1) for label in EPISODE_FIELDS)
+        self._tick_dims = _dims((('dt_ms', 1), ('overrun_ms', 1)))
+        self._min_tick_gap_s = 1.0 / tick_topic_max_hz if tick_topic_max_hz > 0 else math.inf
+        self._last_tick_pub = 0.0
+        self._tick_trace = tick_trace
+        self._trace: list[tuple[float, float, float]] = []
+        self._csv: TimingCsv | None = TimingCsv(run_dir / 'timing.csv')
+        self._learner_at_episode = (0, 0.0)
+        self.published = 0  # transitions published
+        self.unsent = 0  # transitions that came after ROS shut down: counted, not published
+        self.unmatched = 0  # published while no subscription had matched
+        self.episodes_done = 0  # the next activation's first episode number
+        self.last_episode: EpisodeSummary | None = None
+        self._alive = True
+
+    def subscribers(self) -> int:
+        """Subscriptions (learners, recorders) the ``transitions`` publisher has matched."""
+        return self._transitions_pub.get_subscription_count() if self._alive else 0
+
+    def transitions(self, packed: Any, publish: bool) -> None:
+        """Publish packed transitions (bytes of float32), or count them as unsent."""
+        for raw in packed:
+            if not publish:
+                self.unsent += 1
+                continue
+            msg = Float32MultiArray()
+            msg.layout.dim = self._layout_dims
+            msg.data = np.frombuffer(raw, np.float32).tolist()
+            if self._transitions_pub.get_subscription_count() == 0:
+                # No learner (or recorder) matched: this one reaches nobody. DDS notices a
+                # killed subscriber only when its lease runs out, so this lags such a death.
+                self.unmatched += 1
+            self._transitions_pub.publish(msg)
+            self.published += 1
+
+    def ticks(self, samples: Any, publish: bool) -> None:
+        """Per-tick ``(dt, overrun, previous work, strike)``: traced, and published capped."""
+        now = time.monotonic()
+        for dt_s, overrun_s, prev_work_s, _strike in samples:
+            if self._tick_trace:
+                self._trace.append((dt_s, overrun_s, prev_work_s))
+            if publish and now - self._last_tick_pub >= self._min_tick_gap_s * 0.999:
+                self._last_tick_pub = now
+                msg = Float64MultiArray()
+                msg.layout.dim = self._tick_dims
+                msg.data = [dt_s * 1e3, overrun_s * 1e3]
+                self._tick_pub.publish(msg)
+
+    def episode(
+        self,
+        ep: EpisodeSummary,
+        violations: int,
+        learner_stats: tuple[int, float],
+        publish: bool,
+    ) -> None:
+        """A finished episode: its ``timing.csv`` row always, its message while ROS lives.
+
+        :param learner_stats: the learner's (train calls, train seconds) so far, from the
+            weights' metadata; the row gets the part since the previous episode.
+        """
+        self.last_episode = ep
+        calls, secs = learner_stats
+        calls0, secs0 = self._learner_at_episode
+        self._learner_at_episode = learner_stats
+        if self._csv is not None:
+            self._csv.append(
+                EpisodeTiming(
+                    episode=ep.episode,
+                    n_ticks=ep.n_ticks,
+                    mean_tick_dt_ms=ep.dt_mean_s * 1e3,
+                    std_tick_dt_ms=ep.dt_std_s * 1e3,
+                    max_overrun_ms=ep.max_overrun_s * 1e3,
+                    n_violations=violations,
+                    learner_train_calls=max(calls - calls0, 0),
+                    learner_total_train_s=max(secs - secs0, 0.0),
+                    episode_return=ep.episode_return,
+                    balance_s=ep.balance_s,
+                    policy_version=ep.policy_version,
+                )
+            )
+        self.episodes_done = max(self.episodes_done, ep.episode + 1)
+        if not publish:
+            return
+        msg = Float64MultiArray()
+        msg.layout.dim = self._episode_dims
+        msg.data = [
+            float(ep.episode),
+            ep.episode_return,
+            ep.balance_s,
+            float(ep.n_ticks),
+            ep.dt_mean_s * 1e3,
+            ep.dt_std_s * 1e3,
+            ep.max_overrun_s * 1e3,
+            float(ep.n_strikes),
+            float(ep.policy_version),
+            float(ep.terminated),
+        ]
+        self._episode_pub.publish(msg)
+        self._node.get_logger().info(
+            f'episode {ep.episode}: return {ep.episode_return:.2f}, balance {ep.balance_s:.2f} s, '
+            f'tick {ep.dt_mean_s * 1e3:.3f}±{ep.dt_std_s * 1e3:.3f} ms, max overrun '
+            f'{ep.max_overrun_s * 1e3:.2f} ms, policy v{ep.policy_version}, '
+            f'{ep.transitions_published} transitions ({ep.transitions_dropped_late} late dropped)'
+        )
+
+    def start_trace(self) -> None:
+        """Forget the ticks traced so far (an activation starts a trace of its own)."""
+        self._trace = []
+
+    def write_trace(self, rate_hz: float, st: RtStatus, fifo: bool) -> None:
+        """Write the ticks traced since :meth:`start_trace` (if a trace file was asked for)."""
+        if not self._tick_trace or not self._trace:
+            return
+        trace = np.asarray(self._trace, dtype=np.float64)
+        arrays: dict[str, Any] = {
+            'dt_s': trace[:, 0],
+            'overrun_s': trace[:, 1],
+            'prev_work_s': trace[:, 2],
+            'rate_hz': np.float64(rate_hz),
+            'violations': np.int64(st.violations),
+            'missed_ticks': np.int64(st.missed_ticks),
+            'ticks_dropped': np.int64(st.ticks_dropped),
+            'fifo': np.bool_(fifo),
+            'swap_max_s': np.float64(st.swap_max_s),
+        }
+        path = Path(self._tick_trace)
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        atomic_write_bytes(path, buf.getvalue())
+        self._node.get_logger().info(f'tick trace of {len(trace)} ticks written to {path}')
+        self._trace = []
+
+    def destroy(self) -> None:
+        """Destroy the publishers and close ``timing.csv`` (idempotent)."""
+        if self._alive:
+            for pub in (self._transitions_pub, self._tick_pub, self._episode_pub):
+                self._node.destroy_publisher(pub)
+            self._alive = False
+        if self._csv is not None:
+            self._csv.close()
+            self._csv = None
+
+    @property
+    def alive(self) -> bool:
+        """Whether the publishers still exist."""
+        return self._alive

@@ -1,0 +1,235 @@
+"""The learner's SAC side, without ROS: the replay buffer, its inputs, the updates, the files.
+
+:class:`Trainer` owns an SB3 SAC model whose ``learn()`` is never called. Validated
+transitions are queued from any thread (:meth:`Trainer.put`) and moved into the replay buffer
+by the one training thread (:meth:`Trainer.drain`), which runs ``model.train(n, batch)`` so
+that gradient steps per stored transition approach K (:meth:`Trainer.train_due`). Start-up
+material (an initial policy, a resume buffer, recorded bags) is loaded with the same checks
+live data gets; the run folder's files are written atomically (:meth:`Trainer.checkpoint`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable
+from pathlib import Path
+import threading
+import time
+
+import numpy as np
+
+from rip_control.files import atomic_write_bytes
+from rip_control.policy import PolicyRejected, encode_actor, load_actor_file
+from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+from rip_control.ros.bags import BagRejected, read_transitions
+from rip_control.transitions import Transition
+from rip_learner import buffer_store
+from rip_learner.buffer_store import BUFFER_FILE, BufferMeta, BufferRejected
+from rip_learner.learner_settings import LearnerConfigError, LearnerSettings
+from rip_learner.sac import (
+    CHECKPOINT_FILE,
+    actor_meta,
+    actor_tensors,
+    build_sac,
+    encode_checkpoint,
+    load_checkpoint,
+    load_initial_networks,
+    sac_state,
+)
+
+POLICY_FILE = 'policy_latest.safetensors'
+
+
+class Trainer:
+    """SAC updates on a replay buffer this object alone writes.
+
+    :param s: the learner's settings.
+    :param say: where progress lines go (the node's logger ``info``).
+    """
+
+    def __init__(self, s: LearnerSettings, say: Callable[[str], object]) -> None:
+        self.s = s
+        self._say = say
+        self.model = build_sac(s.sac)
+        self.version = 0  # of the last actor published (or loaded)
+        self._lock = threading.Lock()  # the replay buffer: add() and the whole train() call
+        self._inbox: deque[Transition] = deque()
+        self.added = 0  # transitions stored, resumed ones included
+        self.resumed = 0  # ... of them loaded from resume_buffer at start
+        self.added_after_start = 0  # stored once learning_starts was reached: owed K updates
+        self.bag_imported = 0
+        self.bag_rejected: Counter[str] = Counter()
+        self.updates = 0
+        self.train_calls = 0
+        self.train_s = 0.0
+        self.last_checkpoint = ''
+        self.last_save_s = time.monotonic()
+
+    # -- start-up material -----------------------------------------------------------------
+
+    def load_initial_policy(self) -> None:
+        """The ``policy`` parameter's actor (and its critics, when a checkpoint is beside it)."""
+        s = self.s
+        if not s.policy:
+            return
+        try:
+            actor = load_actor_file(
+                s.policy, rate_hz=s.rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+            )
+        except PolicyRejected as exc:
+            raise LearnerConfigError(f'initial policy refused: {exc}') from exc
+        if actor.meta.hidden_sizes != s.sac.hidden_sizes:
+            raise LearnerConfigError(
+                f'initial policy {s.policy} has hidden sizes {list(actor.meta.hidden_sizes)} '
+                f'but the learner is configured with {list(s.sac.hidden_sizes)}'
+            )
+        try:
+            ckpt = load_initial_networks(self.model, actor, s.policy, s.rate_hz)
+        except ValueError as exc:
+            raise LearnerConfigError(str(exc)) from exc
+        if ckpt is not None:
+            self._say(f'initial SAC networks (critics included) from {ckpt}')
+        self.version = actor.version
+
+    def resume(self) -> None:
+        """The ``resume_buffer`` parameter's buffer (and the networks saved beside it)."""
+        s = self.s
+        if not s.resume_buffer:
+            return
+        try:
+            arrays, meta = buffer_store.load(
+                s.resume_buffer, rate_hz=s.rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+            )
+        except BufferRejected as exc:
+            raise LearnerConfigError(f'resume_buffer refused: {exc}') from exc
+        n = buffer_store.insert(self.model.replay_buffer, arrays)
+        self.added = self.resumed = n
+        self.version = max(self.version, meta.policy_version)
+        note = ''
+        ckpt = Path(s.resume_buffer).with_name(CHECKPOINT_FILE)
+        if ckpt.exists() and not s.policy:
+            try:
+                load_checkpoint(self.model, ckpt.read_bytes(), s.rate_hz, str(ckpt))
+            except (OSError, ValueError) as exc:
+                raise LearnerConfigError(str(exc)) from exc
+            note = f' and the SAC networks from {ckpt}'
+        self._say(
+            f'resumed {n} transitions from {s.resume_buffer}{note} (policy version {self.version})'
+        )
+
+    def import_bags(self) -> None:
+        """Fill the buffer from the ``resume_bag`` bags, with the checks live transitions get."""
+        s = self.s
+        if not s.resume_bags:
+            return
+        try:
+            got = read_transitions(
+                s.resume_bags,
+                rate_hz=s.rate_hz,
+                obs_size=OBS_SIZE,
+                action_size=ACTION_SIZE,
+                dt_tolerance_s=s.dt_tolerance_s,
+            )
+        except BagRejected as exc:
+            raise LearnerConfigError(f'resume_bag refused: {exc}') from exc
+        self._inbox.extend(got.transitions)
+        self.bag_rejected = got.rejected
+        n = self.drain()
+        self.bag_imported = n
+        self.added_after_start = 0  # imported data is not owed K updates each
+        per_bag = ', '.join(f'{k}: {v}' for k, v in got.per_bag.items())
+        self._say(
+            f'imported {n} transitions from {len(got.per_bag)} bag(s) ({per_bag}); '
+            f'{got.messages} messages read, rejected {dict(got.rejected) or "none"}'
+        )
+
+    @property
+    def buffer_size(self) -> int:
+        """Transitions stored in the replay buffer."""
+        rb = self.model.replay_buffer
+        return int(rb.buffer_size if rb.full else rb.pos)
+
+    # -- data in ---------------------------------------------------------------------------
+
+    def put(self, t: Transition) -> None:
+        """Queue a validated transition (any thread; :meth:`drain` stores it)."""
+        self._inbox.append(t)
+
+    def drain(self) -> int:
+        """Move the queued transitions into the replay buffer; how many."""
+        rb = self.model.replay_buffer
+        n = 0
+        with self._lock:
+            while self._inbox:
+                t = self._inbox.popleft()
+                rb.add(
+                    t.obs[None],
+                    t.next_obs[None],
+                    t.action[None],
+                    np.array([t.reward], dtype=np.float32),
+                    np.array([float(t.terminated or t.truncated)], dtype=np.float32),
+                    [{'TimeLimit.truncated': bool(t.truncated and not t.terminated)}],
+                )
+                n += 1
+        self.added += n
+        if self.buffer_size >= self.s.learning_starts:
+            self.added_after_start += n
+        return n
+
+    # -- updates ---------------------------------------------------------------------------
+
+    def due(self) -> int:
+        """Gradient steps owed now (K per transition stored since learning_starts)."""
+        if self.buffer_size < max(1, self.s.learning_starts):
+            return 0
+        return max(self.s.gradient_steps * self.added_after_start - self.updates, 0)
+
+    def train_due(self) -> int:
+        """Run the owed steps, at most ``max_chunk`` in one ``train()`` call; how many ran."""
+        n = min(self.due(), self.s.max_chunk)
+        if n <= 0:
+            return 0
+        t0 = time.perf_counter()
+        with self._lock:
+            self.model.train(gradient_steps=n, batch_size=self.s.sac.batch_size)
+        self.train_s += time.perf_counter() - t0
+        self.train_calls += 1
+        self.updates += n
+        fault_at = self.s.fault_train_error_after_updates
+        if fault_at and self.updates >= fault_at:
+            raise RuntimeError(f'injected training fault after {self.updates} updates')
+        return n
+
+    # -- data out --------------------------------------------------------------------------
+
+    def actor_bytes(self) -> bytes:
+        """The current actor as a weights message (safetensors, version :attr:`version`)."""
+        s = self.s
+        extra = {
+            'learner_train_calls': str(self.train_calls),
+            'learner_total_train_s': repr(self.train_s),
+            'learner_updates': str(self.updates),
+        }
+        meta = actor_meta(s.sac, self.version, s.rate_hz)
+        return encode_actor(meta, actor_tensors(self.model), extra)
+
+    def checkpoint(self) -> None:
+        """Save the buffer, the actor and the SAC networks into the run folder (atomic)."""
+        s = self.s
+        t0 = time.monotonic()
+        with self._lock:
+            arrays = buffer_store.extract(self.model.replay_buffer)
+            state = sac_state(self.model)
+            actor = self.actor_bytes()
+        meta = BufferMeta(s.rate_hz, OBS_SIZE, ACTION_SIZE, len(arrays['rewards']), self.version)
+        buffer_store.save(s.run_dir / BUFFER_FILE, arrays, meta)
+        atomic_write_bytes(s.run_dir / POLICY_FILE, actor)
+        atomic_write_bytes(
+            s.run_dir / CHECKPOINT_FILE, encode_checkpoint(state, self.version, s.rate_hz)
+        )
+        self.last_save_s = time.monotonic()
+        self.last_checkpoint = time.strftime('%H:%M:%S')
+        self._say(
+            f'checkpoint: {meta.count} transitions, policy v{self.version}, '
+            f'{self.updates} updates -> {s.run_dir} ({time.monotonic() - t0:.2f} s)'
+        )

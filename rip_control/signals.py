@@ -79,6 +79,7 @@ class StopSignals:
         self._previous: dict[int, Any] = {}
         self._outer: dict[int, StopSignals] = {}
         self._at_first: list[Callable[[], object]] = []
+        self._at_first_done = False  # the first signal's callbacks ran (or are running)
 
     # -- installing ------------------------------------------------------------------------
 
@@ -108,9 +109,15 @@ class StopSignals:
         could be interrupting the holder of) and should be short; an exception it raises is
         written to stderr and dropped. Registered after the first signal: called at once.
         """
-        self._at_first.append(callback)
-        if self._first is not None:
+        if self._at_first_done:
             self._call(callback)
+        else:
+            self._at_first.append(callback)
+            if self._at_first_done and callback in self._at_first:
+                # The first signal came between the check and the append (its handler ran
+                # the callbacks registered before): run this one now, once.
+                self._at_first.remove(callback)
+                self._call(callback)
 
     @staticmethod
     def _call(callback: Callable[[], object]) -> None:
@@ -224,8 +231,9 @@ class StopSignals:
         outer = self._outer.get(signum)
         if outer is not None:
             outer._record(signum, handled=True)
-        if self._count == 1:
-            for callback in self._at_first:
+        if not self._at_first_done:
+            self._at_first_done = True  # first: a signal inside a callback runs none again
+            for callback in list(self._at_first):
                 self._call(callback)
         if self._armed and not self._held and not self._raised:
             self._raised = True

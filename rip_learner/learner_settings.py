@@ -22,6 +22,7 @@ class LearnerSettings:
     gradient_steps: int
     learning_starts: int
     max_chunk: int
+    fast_updates: bool
     dt_tolerance_s: float
     resume_buffer: str
     resume_bags: tuple[str, ...]
@@ -60,6 +61,7 @@ class LearnerSettings:
             gradient_steps=p('gradient_steps').value,
             learning_starts=p('learning_starts').value,
             max_chunk=p('max_chunk').value,
+            fast_updates=p('fast_updates').value,
             dt_tolerance_s=p('dt_tolerance_ms').value / 1e3,
             resume_buffer=p('resume_buffer').value,
             resume_bags=tuple(x.strip() for x in p('resume_bag').value.split(',') if x.strip()),

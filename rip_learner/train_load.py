@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 
+from rip_learner.fast_sac import FastSacUpdate
 from rip_learner.sac import SacConfig, build_sac, prefill_random
 
 
@@ -32,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument('--json', default='')
     ap.add_argument('--nice', type=int, default=0, help='niceness to add')
     ap.add_argument('--avoid-cpu', type=int, default=-1, help='keep off this CPU (-1: none)')
+    ap.add_argument(
+        '--impl', choices=('sb3', 'fast'), default='sb3', help="SB3's train() or fast_sac's"
+    )
     a = ap.parse_args(argv)
     if a.nice:
         os.nice(a.nice)
@@ -48,18 +52,21 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     model = build_sac(cfg)
     prefill_random(model, a.prefill)
-    model.train(a.chunk, cfg.batch_size)
+    train = model.train if a.impl == 'sb3' else FastSacUpdate(model).train
+    train(a.chunk, cfg.batch_size)
     print('READY', flush=True)
     start = time.perf_counter()
     updates = 0
     while not stop.is_set() and time.perf_counter() - start < a.seconds:
-        model.train(a.chunk, cfg.batch_size)
+        train(a.chunk, cfg.batch_size)
         updates += a.chunk
     elapsed = time.perf_counter() - start
     result = {
         'hidden_sizes': list(cfg.hidden_sizes),
         'batch_size': cfg.batch_size,
         'torch_threads': cfg.torch_threads,
+        'impl': a.impl,
+        'chunk': a.chunk,
         'updates': updates,
         'seconds': elapsed,
         'updates_per_s': updates / elapsed if elapsed > 0 else 0.0,

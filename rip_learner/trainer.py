@@ -2,8 +2,10 @@
 
 :class:`Trainer` owns an SB3 SAC model whose ``learn()`` is never called. Validated
 transitions are queued from any thread (:meth:`Trainer.put`) and moved into the replay buffer
-by the one training thread (:meth:`Trainer.drain`), which runs ``model.train(n, batch)`` so
-that gradient steps per stored transition approach K (:meth:`Trainer.train_due`). Start-up
+by the one training thread (:meth:`Trainer.drain`), which runs ``n`` SAC updates at a time
+(SB3's ``model.train(n, batch)``, or :mod:`rip_learner.fast_sac` with
+``fast_updates:=true``) so that gradient steps per stored transition approach K
+(:meth:`Trainer.train_due`). Start-up
 material (an initial policy, a resume buffer, recorded bags) is loaded with the same checks
 live data gets; the run folder's files are written atomically (:meth:`Trainer.checkpoint`).
 """
@@ -25,6 +27,7 @@ from rip_control.ros.bags import BagRejected, read_transitions
 from rip_control.transitions import Transition
 from rip_learner import buffer_store
 from rip_learner.buffer_store import BUFFER_FILE, BufferMeta, BufferRejected
+from rip_learner.fast_sac import FastSacUpdate
 from rip_learner.learner_settings import LearnerConfigError, LearnerSettings
 from rip_learner.sac import (
     CHECKPOINT_FILE,
@@ -51,6 +54,7 @@ class Trainer:
         self.s = s
         self._say = say
         self.model = build_sac(s.sac)
+        self._fast = FastSacUpdate(self.model) if s.fast_updates else None
         self.version = 0  # of the last actor published (or loaded)
         self._lock = threading.Lock()  # the replay buffer: add() and the whole train() call
         self._inbox: deque[Transition] = deque()
@@ -191,7 +195,10 @@ class Trainer:
             return 0
         t0 = time.perf_counter()
         with self._lock:
-            self.model.train(gradient_steps=n, batch_size=self.s.sac.batch_size)
+            if self._fast is not None:
+                self._fast.train(n, self.s.sac.batch_size)
+            else:
+                self.model.train(gradient_steps=n, batch_size=self.s.sac.batch_size)
         self.train_s += time.perf_counter() - t0
         self.train_calls += 1
         self.updates += n

@@ -132,15 +132,15 @@ def test_the_first_signal_calls_its_callbacks_in_the_handler_once_and_survives_t
         raise RuntimeError('cannot stop')
 
     with StopSignals() as stop:
-        stop.at_first_signal(lambda: calls.append('first'))
-        stop.at_first_signal(broken)
+        stop.at_first_signal(broken)  # first: its error must not keep the next one from running
+        stop.at_first_signal(lambda: calls.append('second'))
         assert calls == []
         signal.raise_signal(signal.SIGINT)  # the handler (and its callbacks) ran on return
-        assert calls == ['first', 'broken']
+        assert calls == ['broken', 'second']
         signal.raise_signal(signal.SIGTERM)
-        assert calls == ['first', 'broken']  # the first signal only
+        assert calls == ['broken', 'second']  # the first signal only
         stop.at_first_signal(lambda: calls.append('late'))  # after it: called at once
-        assert calls == ['first', 'broken', 'late']
+        assert calls == ['broken', 'second', 'late']
     assert 'stop signal callback failed: RuntimeError: cannot stop' in capfd.readouterr().err
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 from contextlib import ExitStack
+import itertools
 import json
 import math
 import os
@@ -458,37 +459,80 @@ def bench_e2e(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def bench_learner_throughput(a: argparse.Namespace) -> dict[str, Any]:
-    """SB3 ``train()`` alone: updates/s per network size, batch and torch threads."""
+    """SAC updates/s per network size, torch threads and implementation (SB3's, fast_sac's).
+
+    With ``--control-loop-hz`` the bare pacer process (:mod:`rip_control.rt.floor`, SCHED_FIFO,
+    pinned to the last CPU) ticks at that rate throughout, as a control loop would.
+    """
     rows = []
-    for hidden in a.hidden:
-        for threads in a.threads:
-            out = Path(tempfile.mkdtemp(prefix='rip_thr_')) / 'r.json'
-            cmd = [
-                sys.executable,
-                '-m',
-                'rip_learner.train_load',
-                '--hidden',
-                hidden,
-                '--threads',
-                str(threads),
-                '--batch',
-                str(a.batch),
-                '--seconds',
-                str(a.seconds),
-                '--prefill',
-                '5000',
-                '--json',
-                str(out),
-            ]
-            subprocess.run(cmd, env=child_env(), check=True, stdout=subprocess.DEVNULL)
-            row = json.loads(out.read_text())
-            rows.append(row)
-            print(
-                f'nets [{hidden}] batch {a.batch} torch threads {threads}: '
-                f'{row["updates_per_s"]:.0f} updates/s',
-                flush=True,
+    with ExitStack() as stack:
+        loop_note = 'none'
+        if a.control_loop_hz > 0:
+            total = a.seconds * len(a.hidden) * len(a.threads) * len(a.impl) * a.repeat * 2 + 120
+            out = Path(tempfile.mkdtemp(prefix='rip_thr_loop_')) / 'floor.npz'
+            loop = subprocess.Popen(
+                [
+                    sys.executable,
+                    '-m',
+                    'rip_control.rt.floor',
+                    '--rate',
+                    str(a.control_loop_hz),
+                    '--seconds',
+                    str(total),
+                    '--cpu-latency-us',
+                    '0',
+                    '--out',
+                    str(out),
+                ],
+                env=child_env(),
+                stdout=subprocess.DEVNULL,
             )
-    return {'benchmark': 'learner-throughput', 'sb3_train_alone': rows}
+            stack.callback(stop_process, loop)
+            loop_note = f'bare pacer process at {a.control_loop_hz:g} Hz on the last CPU'
+        for hidden, threads, rep in itertools.product(a.hidden, a.threads, range(a.repeat)):
+            by_impl = {}
+            for impl in a.impl:
+                out = Path(tempfile.mkdtemp(prefix='rip_thr_')) / 'r.json'
+                cmd = [
+                    sys.executable,
+                    '-m',
+                    'rip_learner.train_load',
+                    '--hidden',
+                    hidden,
+                    '--threads',
+                    str(threads),
+                    '--batch',
+                    str(a.batch),
+                    '--seconds',
+                    str(a.seconds),
+                    '--prefill',
+                    '5000',
+                    '--chunk',
+                    str(a.chunk),
+                    '--impl',
+                    impl,
+                    '--json',
+                    str(out),
+                ]
+                subprocess.run(cmd, env=child_env(), check=True, stdout=subprocess.DEVNULL)
+                row = json.loads(out.read_text())
+                row['repeat'] = rep
+                rows.append(row)
+                by_impl[impl] = row['updates_per_s']
+                print(
+                    f'nets [{hidden}] batch {a.batch} torch threads {threads} {impl}: '
+                    f'{row["updates_per_s"]:.0f} updates/s',
+                    flush=True,
+                )
+            if 'sb3' in by_impl and 'fast' in by_impl and by_impl['sb3'] > 0:
+                ratio = by_impl['fast'] / by_impl['sb3']
+                print(f'  fast / sb3: {ratio:.2f}x', flush=True)
+    return {
+        'benchmark': 'learner-throughput',
+        'control_loop': loop_note,
+        'chunk': a.chunk,
+        'rows': rows,
+    }
 
 
 def bench_bag_roundtrip(a: argparse.Namespace) -> dict[str, Any]:
@@ -663,9 +707,18 @@ def main(argv: list[str] | None = None) -> int:
         help='more runner arguments (e.g. params_file:=my.yaml for node parameters)',
     )
     e.add_argument('--json', default='')
-    th = sub.add_parser('learner-throughput', help='SB3 train() updates/s by configuration')
+    th = sub.add_parser('learner-throughput', help='SAC updates/s by configuration')
     th.add_argument('--hidden', nargs='+', default=['256,256', '128,128', '64,64'])
     th.add_argument('--threads', nargs='+', type=int, default=[1, 2])
+    th.add_argument('--impl', nargs='+', choices=('sb3', 'fast'), default=['sb3', 'fast'])
+    th.add_argument('--chunk', type=int, default=4, help='gradient steps per train() call')
+    th.add_argument('--repeat', type=int, default=1, help='runs of each configuration')
+    th.add_argument(
+        '--control-loop-hz',
+        type=float,
+        default=0.0,
+        help='run the bare pacer process at this rate throughout (0: none)',
+    )
     th.add_argument('--batch', type=int, default=256)
     th.add_argument('--seconds', type=float, default=15.0)
     th.add_argument('--json', default='')

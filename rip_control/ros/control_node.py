@@ -161,7 +161,9 @@ class ControlNode(LifecycleNode):
             if 'refused' in note or 'unavailable' in note:
                 self.get_logger().warning(f'real-time process: {note}; carrying on without it')
         self.get_logger().info('real-time process: ' + ', '.join(self._rt_notes))
-        self._outputs = LoopOutputs(self, s.run_dir, s.tick_topic_max_hz, s.tick_trace)
+        self._outputs = LoopOutputs(
+            self, s.run_dir, s.tick_topic_max_hz, s.tick_trace, self._weights.learner_stats
+        )
         self._weights_sub = self.create_subscription(
             UInt8MultiArray,
             'policy_weights',

@@ -55,10 +55,20 @@ class LoopOutputs:
     :param tick_topic_max_hz: rate cap of ``~/tick`` (0: no samples published).
     :param tick_trace: ``.npz`` path for every tick's figures on :meth:`write_trace` (empty:
         none kept).
+    :param learner_stats: the learner's (train calls, train seconds) so far: the first
+        episode's ``timing.csv`` row counts from these.
+
+    Its counts (published, unsent, unmatched) are since configure, as the real-time
+    process's own are since its start.
     """
 
     def __init__(
-        self, node: Any, run_dir: Path, tick_topic_max_hz: float, tick_trace: str
+        self,
+        node: Any,
+        run_dir: Path,
+        tick_topic_max_hz: float,
+        tick_trace: str,
+        learner_stats: tuple[int, float] = (0, 0.0),
     ) -> None:
         self._node = node
         self._transitions_pub = node.create_publisher(
@@ -74,12 +84,10 @@ class LoopOutputs:
         self._tick_trace = tick_trace
         self._trace: list[tuple[float, float, float]] = []
         self._csv: TimingCsv | None = TimingCsv(run_dir / 'timing.csv')
-        self._learner_at_episode = (0, 0.0)
+        self._learner_at_episode = learner_stats
         self.published = 0  # transitions published
         self.unsent = 0  # transitions that came after ROS shut down: counted, not published
         self.unmatched = 0  # published while no subscription had matched
-        self.episodes_done = 0  # the next activation's first episode number
-        self.last_episode: EpisodeSummary | None = None
         self._alive = True
 
     def subscribers(self) -> int:
@@ -127,7 +135,6 @@ class LoopOutputs:
         :param learner_stats: the learner's (train calls, train seconds) so far, from the
             weights' metadata; the row gets the part since the previous episode.
         """
-        self.last_episode = ep
         calls, secs = learner_stats
         calls0, secs0 = self._learner_at_episode
         self._learner_at_episode = learner_stats
@@ -147,7 +154,6 @@ class LoopOutputs:
                     policy_version=ep.policy_version,
                 )
             )
-        self.episodes_done = max(self.episodes_done, ep.episode + 1)
         if not publish:
             return
         msg = Float64MultiArray()

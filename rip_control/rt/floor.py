@@ -14,6 +14,7 @@ import argparse
 import gc
 import io
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -82,7 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument('--out', required=True, help='.npz with the per-tick figures')
     a = p.parse_args(argv)
-    arrays = run(a.rate, a.seconds, a.cpu, a.fifo, a.spin_ms / 1e3, a.cpu_latency_us)
+    # A stop signal (a benchmark that used it as a stand-in control loop) ends it quietly,
+    # with nothing written: its figures are only kept from a run of the full length.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        arrays = run(a.rate, a.seconds, a.cpu, a.fifo, a.spin_ms / 1e3, a.cpu_latency_us)
+    except KeyboardInterrupt:
+        return 130
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     atomic_write_bytes(a.out, buf.getvalue())

@@ -1,0 +1,169 @@
+"""SB3 SAC's ``train()`` update, step for step, without its per-step overhead.
+
+On two small CPUs the learner's budget is K = 4 updates per transition at 50 Hz: 200
+updates/s. SB3's ``SAC.train()`` spends most of an update of a [64, 64] network on Python:
+a ``ReplayBuffer.sample()`` per step, distribution objects per action sampled, four
+``.item()`` reads, one Adam kernel per parameter tensor, a Polyak update per tensor pair.
+:class:`FastSacUpdate` runs the same mathematics on the same SB3 objects (the policy's
+actor, critics and target critics, its optimizers, ``log_ent_coef``, the replay buffer), so
+checkpoints, ``predict()`` and everything else of SB3 keep working:
+
+* the batches of a call are drawn with one index draw each (the same ``np.random`` stream
+  and order as SB3's ``sample()``) and gathered into tensors once per call;
+* the squashed Gaussian's sample and log-probability are computed directly from the actor's
+  ``get_action_dist_params()`` (mean, clamped log std), drawing the noise exactly as
+  ``Normal.rsample()`` does, so the torch random stream is the one SB3 would consume;
+* the Adam optimizers run their multi-tensor (``foreach``) kernels, or the fused ones where
+  the torch build offers them for the CPU;
+* the target critics move with one ``torch._foreach_lerp_``;
+* losses are kept as tensors and read once per call, for the same logger records.
+
+``test/test_fast_sac.py`` checks that it ends where SB3's ``train()`` ends from the same
+state and seeds; ``python -m rip_control.bench learner-throughput`` measures both.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+_SQUASH_EPS = 1e-6  # SB3's SquashedDiagGaussianDistribution epsilon
+
+
+def _adam_kernels(optimizer: Any, fused: bool) -> str:
+    """Switch an Adam's parameter groups to fused kernels (if asked and built) or foreach ones."""
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+        use_fused = fused and 'cpu' in _get_fused_kernels_supported_devices()
+    except ImportError:  # an older torch: no fused CPU kernels
+        use_fused = False
+    for group in optimizer.param_groups:
+        group['fused'] = True if use_fused else None
+        group['foreach'] = None if use_fused else True
+    return 'fused' if use_fused else 'foreach'
+
+
+class FastSacUpdate:
+    """``train(gradient_steps, batch_size)`` for an SB3 SAC (:func:`rip_learner.sac.build_sac`).
+
+    :param model: the SB3 SAC (MLP policy, one env, no gSDE).
+    :param fused: use fused Adam kernels where available (else multi-tensor ones).
+    """
+
+    def __init__(self, model: Any, fused: bool = True) -> None:
+        if model.use_sde:
+            raise ValueError('gSDE is not supported by the fast update (use SB3 train())')
+        if model.replay_buffer.n_envs != 1 or model.replay_buffer.optimize_memory_usage:
+            raise ValueError('the fast update expects one env and next_observations stored')
+        self.model = model
+        self._critic_params = list(model.critic.parameters())
+        self._target_params = list(model.critic_target.parameters())
+        if [p.shape for p in self._critic_params] != [p.shape for p in self._target_params]:
+            raise ValueError('critic and target critic parameters do not pair up')
+        self.kernels = {}
+        for name, opt in (
+            ('actor', model.actor.optimizer),
+            ('critic', model.critic.optimizer),
+            ('ent_coef', model.ent_coef_optimizer),
+        ):
+            if opt is not None:
+                self.kernels[name] = _adam_kernels(opt, fused)
+
+    def _batches(self, n: int, batch_size: int) -> tuple[Any, ...]:
+        """``n`` batches, drawn as SB3's ``sample()`` draws them, as (n, batch, ...) tensors."""
+        import torch
+
+        rb = self.model.replay_buffer
+        upper = rb.buffer_size if rb.full else rb.pos
+        inds = np.empty((n, batch_size), dtype=np.int64)
+        for i in range(n):  # SB3's draws, in SB3's order: batch indices, then env indices
+            inds[i] = np.random.randint(0, upper, size=batch_size)
+            np.random.randint(0, 1, size=batch_size)
+        obs = rb.observations[inds, 0]
+        next_obs = rb.next_observations[inds, 0]
+        actions = rb.actions[inds, 0]
+        dones = rb.dones[inds, 0] * (1.0 - rb.timeouts[inds, 0])
+        rewards = rb.rewards[inds, 0]
+        as_t = torch.from_numpy
+        return (
+            as_t(np.ascontiguousarray(obs, dtype=np.float32)),
+            as_t(np.ascontiguousarray(actions, dtype=np.float32)),
+            as_t(np.ascontiguousarray(next_obs, dtype=np.float32)),
+            as_t(np.ascontiguousarray(dones[..., None], dtype=np.float32)),
+            as_t(np.ascontiguousarray(rewards[..., None], dtype=np.float32)),
+        )
+
+    def _sample_pi(self, obs: Any) -> tuple[Any, Any]:
+        """A squashed Gaussian action and its log-probability (SB3's ``action_log_prob``)."""
+        import torch
+
+        mean, log_std, _ = self.model.actor.get_action_dist_params(obs)
+        eps = torch.empty_like(mean).normal_()  # as Normal.rsample() draws it
+        actions = torch.tanh(mean + log_std.exp() * eps)
+        log_prob = (-0.5 * eps.square() - log_std - _LOG_SQRT_2PI).sum(dim=1, keepdim=True)
+        log_prob = log_prob - torch.log(1.0 - actions.square() + _SQUASH_EPS).sum(
+            dim=1, keepdim=True
+        )
+        return actions, log_prob
+
+    def train(self, gradient_steps: int, batch_size: int) -> None:
+        """What ``model.train(gradient_steps, batch_size)`` does, faster."""
+        import torch
+        from torch.nn.functional import mse_loss
+
+        m = self.model
+        m.policy.set_training_mode(True)
+        optimizers = [m.actor.optimizer, m.critic.optimizer]
+        if m.ent_coef_optimizer is not None:
+            optimizers.append(m.ent_coef_optimizer)
+        m._update_learning_rate(optimizers)
+        obs_b, act_b, next_b, done_b, rew_b = self._batches(gradient_steps, batch_size)
+        ent_losses, ent_coefs, actor_losses, critic_losses = [], [], [], []
+        for step in range(gradient_steps):
+            obs, actions, next_obs = obs_b[step], act_b[step], next_b[step]
+            actions_pi, log_prob = self._sample_pi(obs)
+            if m.ent_coef_optimizer is not None and m.log_ent_coef is not None:
+                ent_coef = torch.exp(m.log_ent_coef.detach())
+                ent_loss = -(m.log_ent_coef * (log_prob + m.target_entropy).detach()).mean()
+                ent_losses.append(ent_loss.detach())
+                m.ent_coef_optimizer.zero_grad()
+                ent_loss.backward()
+                m.ent_coef_optimizer.step()
+            else:
+                ent_coef = m.ent_coef_tensor
+            ent_coefs.append(ent_coef.detach().reshape(()))
+            with torch.no_grad():
+                next_actions, next_log_prob = self._sample_pi(next_obs)
+                next_q = torch.cat(m.critic_target(next_obs, next_actions), dim=1)
+                next_q = next_q.min(dim=1, keepdim=True).values - ent_coef * next_log_prob
+                target_q = rew_b[step] + (1.0 - done_b[step]) * m.gamma * next_q
+            current_q = m.critic(obs, actions)
+            critic_loss = 0.5 * torch.stack([mse_loss(q, target_q) for q in current_q]).sum()
+            critic_losses.append(critic_loss.detach())
+            m.critic.optimizer.zero_grad()
+            critic_loss.backward()
+            m.critic.optimizer.step()
+            q_pi = torch.cat(m.critic(obs, actions_pi), dim=1)
+            actor_loss = (ent_coef * log_prob - q_pi.min(dim=1, keepdim=True).values).mean()
+            actor_losses.append(actor_loss.detach())
+            m.actor.optimizer.zero_grad()
+            actor_loss.backward()
+            m.actor.optimizer.step()
+            if step % m.target_update_interval == 0:
+                with torch.no_grad():
+                    torch._foreach_lerp_(self._target_params, self._critic_params, m.tau)
+                    for stat, target in zip(
+                        m.batch_norm_stats, m.batch_norm_stats_target, strict=True
+                    ):
+                        target.copy_(stat)
+        m._n_updates += gradient_steps
+        m.logger.record('train/n_updates', m._n_updates, exclude='tensorboard')
+        m.logger.record('train/ent_coef', torch.stack(ent_coefs).mean().item())
+        m.logger.record('train/actor_loss', torch.stack(actor_losses).mean().item())
+        m.logger.record('train/critic_loss', torch.stack(critic_losses).mean().item())
+        if ent_losses:
+            m.logger.record('train/ent_coef_loss', torch.stack(ent_losses).mean().item())

@@ -32,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 import os
+import select
 import signal
-import threading
 from types import FrameType
 from typing import Any
 
@@ -69,7 +69,13 @@ class StopSignals:
     def __init__(self, signals: Iterable[int] = STOP_SIGNALS, repeat_note: str = '') -> None:
         self._signals = tuple(signals)
         self._repeat_note = repeat_note
-        self._event = threading.Event()
+        # No lock anywhere the handler goes: it runs between two bytecodes of the main thread,
+        # which may hold that lock (a threading.Event's, say) or be in a handler holding it
+        # when the next signal comes; a second signal then deadlocked the process (seen: a
+        # control node hung for an hour after its runner was killed). A flag for readers, a
+        # pipe byte (async-signal-safe) to wake waiting threads.
+        self._flag = False
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._first: int | None = None
         self._count = 0
         self._armed = 0  # depth of interruptible() blocks the main thread is in
@@ -153,7 +159,7 @@ class StopSignals:
     @property
     def requested(self) -> bool:
         """A stop signal arrived since :meth:`install` (any thread may read it)."""
-        return self._event.is_set()
+        return self._flag
 
     @property
     def signum(self) -> int | None:
@@ -167,7 +173,9 @@ class StopSignals:
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Block until a stop signal arrives (threads other than the main one); whether it did."""
-        return self._event.wait(timeout_s)
+        if not self._flag:
+            select.select([self._wake_r], [], [], timeout_s)
+        return self._flag
 
     # -- raising ---------------------------------------------------------------------------
 
@@ -224,7 +232,11 @@ class StopSignals:
         self._count += 1
         if handled:
             self._raised = self._delivered = True
-        self._event.set()
+        self._flag = True
+        try:
+            os.write(self._wake_w, b'!')
+        except OSError:  # full (many signals): a waiter wakes anyway
+            pass
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._record(signum)

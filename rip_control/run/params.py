@@ -299,7 +299,7 @@ LEARNER_PARAMETERS = (
         'fast_updates',
         False,
         "SAC updates by rip_learner.fast_sac (SB3's train() mathematics with batched sampling, "
-        'fused Adam and one Polyak kernel; same checkpoints): +7 % updates/s measured on '
+        'fused Adam and one Polyak kernel; same checkpoints): 1.2-1.4x updates/s measured on '
         '[64, 64], off until the learning results are re-measured with it',
     ),
     Param('dt_tolerance_ms', 5.0, 'largest |dt - 1/rate_hz| a transition may have', 0.01, 1e4),

@@ -115,15 +115,15 @@ class StopSignals:
         could be interrupting the holder of) and should be short; an exception it raises is
         written to stderr and dropped. Registered after the first signal: called at once.
         """
+        self._at_first.append(callback)
         if self._at_first_done:
-            self._call(callback)
-        else:
-            self._at_first.append(callback)
-            if self._at_first_done and callback in self._at_first:
-                # The first signal came between the check and the append (its handler ran
-                # the callbacks registered before): run this one now, once.
+            # The first signal came already (perhaps between two lines of this method): run it
+            # here unless that handler took it off the list and ran it.
+            try:
                 self._at_first.remove(callback)
-                self._call(callback)
+            except ValueError:
+                return
+            self._call(callback)
 
     @staticmethod
     def _call(callback: Callable[[], object]) -> None:
@@ -245,8 +245,8 @@ class StopSignals:
             outer._record(signum, handled=True)
         if not self._at_first_done:
             self._at_first_done = True  # first: a signal inside a callback runs none again
-            for callback in list(self._at_first):
-                self._call(callback)
+            while self._at_first:  # each taken off as it runs: none runs twice
+                self._call(self._at_first.pop(0))
         if self._armed and not self._held and not self._raised:
             self._raised = True
             raise StopRequested(self._first or signum)

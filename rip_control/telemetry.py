@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, fields
 import math
 import os
 from pathlib import Path
+import time
 
 
 class RunningStats:
@@ -51,6 +52,9 @@ class EpisodeTiming:
     episode_return: float
     balance_s: float
     policy_version: int
+    kind: str = 'train'  # 'eval': a regression-guard evaluation (no training data)
+    verdict: str = ''  # of an evaluation: baseline, promoted, rejected
+    live_version: int = -1  # the guard's live policy after the episode (-1: guard off)
 
 
 class TimingCsv:
@@ -59,9 +63,17 @@ class TimingCsv:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        columns = [f.name for f in fields(EpisodeTiming)]
         new = not self.path.exists() or self.path.stat().st_size == 0
+        if not new:
+            with self.path.open(newline='') as f:
+                header = next(csv.reader(f), [])
+            if header != columns:  # written by an older version: kept, a new file started
+                kept = self.path.with_name(f'{self.path.stem}.{int(time.time())}.csv')
+                self.path.rename(kept)
+                new = True
         self._file = self.path.open('a', newline='')
-        self._writer = csv.DictWriter(self._file, [f.name for f in fields(EpisodeTiming)])
+        self._writer = csv.DictWriter(self._file, columns)
         if new:
             self._writer.writeheader()
             self._file.flush()

@@ -207,6 +207,7 @@ class LearnerNode(Node):
             'gradient_steps_done': tr.updates,
             'train_calls': tr.train_calls,
             'train_seconds': round(tr.train_s, 3),
+            'train_diverged': tr.diverged,
             'updates_per_transition': (
                 tr.updates / tr.added_after_start if tr.added_after_start else 0.0
             ),

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 import threading
 import time
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,13 @@ from rip_learner.sac import (
 POLICY_FILE = 'policy_latest.safetensors'
 
 
+def copy_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of an optimizer's state dict (a snapshot is restored more than once)."""
+    import copy
+
+    return copy.deepcopy(state)
+
+
 class Trainer:
     """SAC updates on a replay buffer this object alone writes.
 
@@ -64,6 +72,8 @@ class Trainer:
         self.bag_imported = 0
         self.bag_rejected: Counter[str] = Counter()
         self.updates = 0
+        self.diverged = 0  # train() calls that made a network non-finite (undone)
+        self._good: dict[str, Any] | None = None  # the last finite networks and optimizers
         self.train_calls = 0
         self.train_s = 0.0
         self.last_checkpoint = ''
@@ -195,10 +205,27 @@ class Trainer:
             return 0
         t0 = time.perf_counter()
         with self._lock:
-            if self._fast is not None:
-                self._fast.train(n, self.s.sac.batch_size)
+            if self._good is None:
+                self._good = self._snapshot()
+            try:
+                if self._fast is not None:
+                    self._fast.train(n, self.s.sac.batch_size)
+                else:
+                    self.model.train(gradient_steps=n, batch_size=self.s.sac.batch_size)
+                finite = self._finite()
+                why = 'a network became non-finite'
+            except ValueError as exc:  # torch.distributions refusing a NaN mean or std
+                finite, why = False, str(exc).splitlines()[0]
+            if finite:
+                self._good = self._snapshot()
             else:
-                self.model.train(gradient_steps=n, batch_size=self.s.sac.batch_size)
+                self._restore(self._good)
+                self.diverged += 1
+                self._say(
+                    f'training diverged ({why}) after {self.updates + n} updates: undone, '
+                    f'networks back to the last finite state ({self.diverged} so far; a '
+                    'learning rate this high cannot train)'
+                )
         self.train_s += time.perf_counter() - t0
         self.train_calls += 1
         self.updates += n
@@ -206,6 +233,44 @@ class Trainer:
         if fault_at and self.updates >= fault_at:
             raise RuntimeError(f'injected training fault after {self.updates} updates')
         return n
+
+    def _finite(self) -> bool:
+        import torch
+
+        m = self.model
+        tensors = list(m.policy.parameters())
+        if m.log_ent_coef is not None:
+            tensors.append(m.log_ent_coef)
+        return all(bool(torch.isfinite(t).all()) for t in tensors)
+
+    def _snapshot(self) -> dict[str, Any]:
+        """Copies of every network, optimizer state and the entropy coefficient."""
+        import copy
+
+        m = self.model
+        opts = {'actor': m.actor.optimizer, 'critic': m.critic.optimizer}
+        if m.ent_coef_optimizer is not None:
+            opts['ent_coef'] = m.ent_coef_optimizer
+        return {
+            'policy': copy.deepcopy(m.policy.state_dict()),
+            'log_ent_coef': None if m.log_ent_coef is None else m.log_ent_coef.detach().clone(),
+            'optimizers': {k: copy.deepcopy(o.state_dict()) for k, o in opts.items()},
+        }
+
+    def _restore(self, snap: dict[str, Any] | None) -> None:
+        import torch
+
+        assert snap is not None
+        m = self.model
+        m.policy.load_state_dict(snap['policy'])
+        if snap['log_ent_coef'] is not None:
+            with torch.no_grad():
+                m.log_ent_coef.copy_(snap['log_ent_coef'])
+        opts = {'actor': m.actor.optimizer, 'critic': m.critic.optimizer}
+        if m.ent_coef_optimizer is not None:
+            opts['ent_coef'] = m.ent_coef_optimizer
+        for k, state in snap['optimizers'].items():
+            opts[k].load_state_dict(copy_state(state))
 
     # -- data out --------------------------------------------------------------------------
 

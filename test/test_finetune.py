@@ -15,6 +15,7 @@ import pytest
 import rclpy
 import yaml
 
+from rip_control.policy import load_actor_file
 from rip_control.rig.emulator_process import child_env
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_learner import buffer_store
@@ -23,17 +24,19 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _params_file(tmp_path):
+def _params_file(tmp_path, control=None, learner=None):
     doc = yaml.safe_load((REPO / 'config' / 'finetune.yaml').read_text())
     doc['rip_learner']['ros__parameters'].update(
         learning_starts=32, batch_size=32, publish_every_steps=20, publish_every_s=0.5
     )
+    doc['rip_learner']['ros__parameters'].update(learner or {})
+    doc['rip_control']['ros__parameters'].update(control or {})
     path = tmp_path / 'params.yaml'
     path.write_text(yaml.safe_dump(doc))
     return path
 
 
-def _finetune(tmp_path, *extra):
+def _finetune(tmp_path, *extra, params=None):
     cmd = [
         sys.executable,
         '-m',
@@ -43,7 +46,7 @@ def _finetune(tmp_path, *extra):
         'episode_seconds:=2.0',
         'run_name:=v4',
         f'runs_dir:={tmp_path / "runs"}',
-        f'params_file:={_params_file(tmp_path)}',
+        f'params_file:={params or _params_file(tmp_path)}',
         'resume_buffer:=auto',
         'policy:=auto',
         *extra,
@@ -65,13 +68,17 @@ def test_v4_short_finetune_holds_rate_learns_and_resumes(tmp_path):
     assert ticks['n_violations'] == 0
     assert int(s['learner']['train_calls']) > 0
     versions = s['policy_versions']
-    assert versions == sorted(versions) and versions[-1] > versions[0]
+    assert versions == sorted(versions)
+    # The learner made newer policies; the guard evaluated the initial one first.
+    assert int(s['learner']['policy_version_published']) > versions[0]
+    assert s['evaluations'][0]['verdict'] == 'baseline'
     run = tmp_path / 'runs' / 'v4'
     for name in (
         'timing.csv',
         'tick_dt_hist.png',
         'episode_returns.png',
         'policy_latest.safetensors',
+        'policy_best.safetensors',
     ):
         assert (run / name).exists(), name
     _, meta = buffer_store.load(
@@ -83,12 +90,40 @@ def test_v4_short_finetune_holds_rate_learns_and_resumes(tmp_path):
     proc2, s2 = _finetune(tmp_path)
     assert proc2.returncode == 0, proc2.stdout[-3000:] + proc2.stderr[-3000:]
     assert s2['resumed_buffer'] and 'resumed from' in proc2.stdout
-    # ...and a second one from the first one's latest policy (critics beside it).
-    assert s2['policy'] == str(run / 'policy_latest.safetensors')
+    # ...and a second one from the first one's best-evaluated policy (critics beside it).
+    assert s2['policy'] == str(run / 'policy_best.safetensors')
     _, meta2 = buffer_store.load(
         run / 'replay_buffer.safetensors', rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
     )
     assert meta2.count == meta.count + s2['transitions_published']
+
+
+def test_a_harmful_update_never_drives_the_rig(tmp_path):
+    """Learning rate 0.1 wrecks the actor: the regression guard keeps every one off the rig."""
+    params = _params_file(
+        tmp_path, control={'eval_every_episodes': 1}, learner={'learning_rate': 0.1}
+    )
+    proc, s = _finetune(tmp_path, 'episodes:=4', params=params)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    evals = s['evaluations']
+    baseline = evals[0]
+    assert baseline['verdict'] == 'baseline'
+    candidates = [e for e in evals[1:] if e['policy_version'] > baseline['policy_version']]
+    assert candidates, f'no newer policy was evaluated: {evals}'  # else nothing was guarded
+    assert all(e['verdict'] == 'rejected' for e in candidates), evals
+    # Every training episode was driven by the initial policy, and it stays the best.
+    assert set(s['policy_versions']) == {baseline['policy_version']}
+    assert s['live_policy_version'] == s['best_policy_version'] == baseline['policy_version']
+    run = tmp_path / 'runs' / 'v4'
+    best = load_actor_file(
+        run / 'policy_best.safetensors', rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+    )
+    assert best.version == baseline['policy_version']
+    rows = (run / 'timing.csv').read_text().splitlines()
+    assert rows[0].split(',')[-3:] == ['kind', 'verdict', 'live_version']
+    assert sum(',eval,' in r for r in rows) == len(evals)
+    # The learner survived what this learning rate does to the networks (it may diverge).
+    assert 'train_diverged' in s['learner']
 
 
 def test_finetune_refuses_bad_arguments_clearly(tmp_path):

@@ -37,6 +37,7 @@ process disengages and exits. The firmware deadman stays the last line.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import sys
 import threading
 import time
@@ -48,7 +49,13 @@ from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from std_msgs.msg import UInt8MultiArray
 
-from rip_control.policy import NumpyActor, PolicyRejected, load_actor_file, random_actor
+from rip_control.policy import (
+    NumpyActor,
+    PolicyRejected,
+    encode_actor,
+    load_actor_file,
+    random_actor,
+)
 from rip_control.rig.client import LowLevelClient, RigError
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.ros.control_diagnostics import ControlDiagnostics, fault_name
@@ -123,7 +130,8 @@ class ControlNode(LifecycleNode):
         try:
             s = NodeSettings.from_node(self)
             actor = self._initial_actor(s)
-        except (ValueError, PolicyRejected) as exc:
+            self._weights.remember(actor.version, self._initial_bytes(s, actor))
+        except (ValueError, PolicyRejected, OSError) as exc:
             self.get_logger().error(f'configure failed: {exc}')
             return TransitionCallbackReturn.FAILURE
         rt = RtProcess(
@@ -192,6 +200,13 @@ class ControlNode(LifecycleNode):
         return random_actor(
             OBS_SIZE, ACTION_SIZE, s.hidden_sizes, s.task.rate_hz, seed=s.loop.seed
         )
+
+    @staticmethod
+    def _initial_bytes(s: NodeSettings, actor: NumpyActor) -> bytes:
+        """The initial actor as a file's bytes (what ``policy_best`` starts as)."""
+        if s.policy:
+            return Path(s.policy).read_bytes()
+        return encode_actor(actor.meta, actor.tensors)
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Tell the real-time process to run episodes; it engages the motor.
@@ -498,6 +513,8 @@ class ControlNode(LifecycleNode):
                 violations = rt.status.violations if rt is not None else 0
                 out.episode(ep, violations, self._weights.learner_stats, publish)
             self._episodes_done = max(self._episodes_done, ep.episode + 1)
+            if ep.evaluation and self._settings is not None:
+                log.info(self._weights.judged(ep, self._settings.run_dir))
         elif kind == 'stopped':
             fault = ev.get('fault')
             if fault and int(ev.get('activation', 0)) > self._activation_base:

@@ -55,6 +55,9 @@ class NodeSettings:
             seed=p('seed').value,
             fault_tick_delay_s=p('fault_tick_delay_ms').value / 1e3,
             fault_after_ticks=p('fault_after_ticks').value,
+            eval_every_episodes=p('eval_every_episodes').value,
+            eval_margin=p('eval_margin').value,
+            eval_steps=round(p('eval_episode_seconds').value * task.rate_hz),
         )
         cpu = p('control_cpu').value
         if cpu < 0:

@@ -24,6 +24,7 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray, MultiArrayDimensi
 from rip_control.files import atomic_write_bytes
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.ros.qos import TICK_QOS, TRANSITIONS_QOS
+from rip_control.rt.gate import VERDICTS
 from rip_control.rt.link import RtStatus
 from rip_control.rt.loop import EpisodeSummary
 from rip_control.telemetry import EpisodeTiming, TimingCsv
@@ -40,6 +41,11 @@ EPISODE_FIELDS = (
     'n_strikes',
     'policy_version',
     'terminated',
+    'evaluation',
+    'verdict',
+    'live_version',
+    'best_version',
+    'best_score',
 )
 
 
@@ -152,6 +158,9 @@ class LoopOutputs:
                     episode_return=ep.episode_return,
                     balance_s=ep.balance_s,
                     policy_version=ep.policy_version,
+                    kind='eval' if ep.evaluation else 'train',
+                    verdict=ep.verdict,
+                    live_version=ep.live_version,
                 )
             )
         if not publish:
@@ -169,10 +178,16 @@ class LoopOutputs:
             float(ep.n_strikes),
             float(ep.policy_version),
             float(ep.terminated),
+            float(ep.evaluation),
+            float(VERDICTS.index(ep.verdict) if ep.verdict in VERDICTS else 0),
+            float(ep.live_version),
+            float(ep.best_version),
+            ep.best_score,
         ]
         self._episode_pub.publish(msg)
+        kind = 'evaluation episode' if ep.evaluation else 'episode'
         self._node.get_logger().info(
-            f'episode {ep.episode}: return {ep.episode_return:.2f}, balance {ep.balance_s:.2f} s, '
+            f'{kind} {ep.episode}: return {ep.episode_return:.2f}, balance {ep.balance_s:.2f} s, '
             f'tick {ep.dt_mean_s * 1e3:.3f}±{ep.dt_std_s * 1e3:.3f} ms, max overrun '
             f'{ep.max_overrun_s * 1e3:.2f} ms, policy v{ep.policy_version}, '
             f'{ep.transitions_published} transitions ({ep.transitions_dropped_late} late dropped)'

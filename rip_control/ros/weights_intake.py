@@ -8,11 +8,20 @@ reason counted and logged; the real-time process only ever sees a validated acto
 
 from __future__ import annotations
 
+from collections import OrderedDict
+import math
+from pathlib import Path
 from typing import Any
 
+from rip_control.files import atomic_write_bytes
 from rip_control.policy import PolicyRejected, decode_actor
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+from rip_control.rt.gate import BEST_POLICY_FILE
 from rip_control.rt.handle import RtProcess
+from rip_control.rt.loop import EpisodeSummary
+
+KEEP_VERSIONS = 32  # accepted messages kept by version, for policy_best (an evaluation
+# judges the actor that was newest when it began: a few versions back at most)
 
 
 class WeightsIntake:
@@ -28,6 +37,48 @@ class WeightsIntake:
         self.last_rejection = ''
         # The learner's (train calls, train seconds) so far, from the last accepted weights.
         self.learner_stats: tuple[int, float] = (0, 0.0)
+        self._recent: OrderedDict[int, bytes] = OrderedDict()
+        # The regression guard, as the evaluation episodes reported it.
+        self.live_version = -1
+        self.best_version = -1
+        self.best_score = math.nan
+        self.last_verdict = 'none'
+        self.promoted = 0
+        self.rejected_by_guard = 0
+
+    def remember(self, version: int, data: bytes) -> None:
+        """Keep an actor's file bytes by version (the initial policy's, and accepted ones)."""
+        self._recent[version] = data
+        while len(self._recent) > KEEP_VERSIONS:
+            self._recent.popitem(last=False)
+
+    def judged(self, ep: EpisodeSummary, run_dir: Path) -> str:
+        """An evaluation episode's verdict: noted, and ``policy_best`` rewritten on a new best.
+
+        :returns: a line for the log.
+        """
+        self.live_version, self.best_version = ep.live_version, ep.best_version
+        self.best_score = ep.best_score
+        if ep.verdict == 'promoted':
+            self.promoted += 1
+        elif ep.verdict == 'rejected':
+            self.rejected_by_guard += 1
+        bar = '' if math.isnan(ep.eval_bar) else f' (bar {ep.eval_bar:.2f})'
+        self.last_verdict = (
+            f'v{ep.policy_version} {ep.verdict}: evaluation return {ep.episode_return:.2f}{bar}'
+        )
+        line = (
+            f'evaluation of policy v{ep.policy_version}: return {ep.episode_return:.2f}{bar} -> '
+            f'{ep.verdict}; live v{ep.live_version}, best v{ep.best_version} '
+            f'({ep.best_score:.2f})'
+        )
+        if ep.verdict != 'rejected' and ep.best_version == ep.policy_version:
+            data = self._recent.get(ep.policy_version)
+            if data is None:
+                return line + f'; v{ep.policy_version} is no longer held, {BEST_POLICY_FILE} kept'
+            atomic_write_bytes(run_dir / BEST_POLICY_FILE, data)
+            line += f'; saved as {run_dir / BEST_POLICY_FILE}'
+        return line
 
     def take(self, data: bytes, rt: RtProcess, rate_hz: float) -> bool:
         """Validate ``data`` and hand it to ``rt`` (it swaps at its next tick); whether it did."""
@@ -45,6 +96,7 @@ class WeightsIntake:
                 float(md.get('learner_total_train_s', '0')),
             )
             rt.write_weights(actor)
+            self.remember(actor.version, data)
         except (PolicyRejected, ValueError) as exc:
             self.rejected += 1
             self.last_rejection = str(exc)

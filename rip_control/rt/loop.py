@@ -28,6 +28,7 @@ from rip_control.policy import NumpyActor
 from rip_control.rig.client import RigDisconnected, RigError, RigProtocolError
 from rip_control.rig.env import RealRotaryInvertedPendulumEnv
 from rip_control.rig.protocol import ErrorCode
+from rip_control.rt.gate import PolicyGate
 from rip_control.rt.outbox import Outbox
 from rip_control.rt.pacer import Pacer, TickTiming
 from rip_control.rt.watchdog import OverrunWatchdog, TimingViolation
@@ -98,6 +99,12 @@ class LoopConfig:
     :param fault_tick_delay_s: FAULT INJECTION for tests, never on a rig: stretch every tick's
         work by this long once ``fault_after_ticks`` ticks have run (0: off).
     :param fault_after_ticks: see ``fault_tick_delay_s``.
+    :param eval_every_episodes: the regression guard (:mod:`rip_control.rt.gate`): a newer
+        actor is evaluated after this many training episodes and drives only if it passes
+        (0: off, the newest actor drives at once).
+    :param eval_margin: how far below the best evaluation return a candidate may score and
+        still go live, as a fraction of it.
+    :param eval_steps: ticks of an evaluation episode (0: a whole episode).
     """
 
     timing_violation_threshold_s: float = 0.005
@@ -110,8 +117,14 @@ class LoopConfig:
     seed: int = 0
     fault_tick_delay_s: float = 0.0
     fault_after_ticks: int = 0
+    eval_every_episodes: int = 0
+    eval_margin: float = 0.05
+    eval_steps: int = 0
 
     def __post_init__(self) -> None:
+        PolicyGate(self.eval_every_episodes, self.eval_margin)  # raises on bad values
+        if self.eval_steps < 0:
+            raise ValueError(f'eval_steps must be >= 0, got {self.eval_steps}')
         if not self.timing_violation_threshold_s > 0:
             value = self.timing_violation_threshold_s
             raise ValueError(f'timing_violation_threshold_s must be > 0, got {value}')
@@ -142,7 +155,13 @@ class TickSample:
 
 @dataclass(frozen=True)
 class EpisodeSummary:
-    """What one episode did; the node turns it into a timing.csv row and a topic message."""
+    """What one episode did; the node turns it into a timing.csv row and a topic message.
+
+    An evaluation episode (``evaluation``) was driven by its actor's mean action and sent no
+    transitions; ``verdict`` is the guard's (``baseline``, ``promoted``, ``rejected``).
+    ``live_version``, ``best_version`` and ``best_score`` are the guard's state after it
+    (-1 and NaN with the guard off).
+    """
 
     episode: int
     n_ticks: int
@@ -157,6 +176,12 @@ class EpisodeSummary:
     transitions_published: int
     transitions_dropped_late: int
     settled: bool
+    evaluation: bool = False
+    verdict: str = ''
+    eval_bar: float = math.nan
+    live_version: int = -1
+    best_version: int = -1
+    best_score: float = math.nan
 
 
 class LoopStatus:
@@ -170,7 +195,9 @@ class LoopStatus:
         self.strikes_total = 0
         self.violations = 0
         self.serial_errors = 0
-        self.episodes = 0
+        self.episodes = 0  # every episode (their numbers)
+        self.train_episodes = 0  # ... of them, training episodes (what ``episodes`` counts)
+        self.eval_episodes = 0
         self.phase = 'idle'
         self.transitions_dropped_late = 0
         # (ticks, deadline of the last tick), replaced as one object: a reader in another
@@ -189,6 +216,8 @@ class ControlLoop:
     :param ticks: outbox for per-tick samples (best effort).
     :param episodes: outbox for episode summaries.
     :param first_episode: number of the first episode (continues across activations).
+    :param gate: the regression guard's state, kept across activations by the caller
+        (default: a new one from ``config``).
     """
 
     def __init__(
@@ -200,8 +229,12 @@ class ControlLoop:
         ticks: Outbox[TickSample],
         episodes: Outbox[EpisodeSummary],
         first_episode: int = 0,
+        gate: PolicyGate[NumpyActor] | None = None,
     ) -> None:
         self.env = env
+        self.gate: PolicyGate[NumpyActor] = gate or PolicyGate(
+            config.eval_every_episodes, config.eval_margin
+        )
         self.first_episode = first_episode
         self.config = config
         self.snapshot = snapshot
@@ -329,29 +362,38 @@ class ControlLoop:
         elif phase is Phase.EPISODE_START:
             # First tick of an episode: observe at the tick, act at once.
             self._obs = env.begin_episode()
-            self._episode = _Episode(settled=self._settled)
+            evaluation, actor = self.gate.next_episode(self.snapshot.read_from_rt())
+            self._episode = _Episode(
+                settled=self._settled,
+                evaluation=evaluation,
+                actor=actor if self.gate.enabled else None,
+            )
             self._enter(Phase.EPISODE)
             self._act()
         else:  # Phase.EPISODE
             episode = self._episode
             next_obs, reward, terminated, truncated, info = env.observe_and_step()
             episode.record_tick(timing, strike, info, env.config.balance_threshold_rad)
+            if episode.evaluation and not terminated:
+                truncated = truncated or 0 < self.config.eval_steps <= env.episode_steps_done
             self._emit(
                 episode, self.status, self._obs, next_obs, reward, terminated, truncated, info
             )
             self._obs = next_obs
             if terminated or truncated:
                 self._finish_episode(episode, terminated, self.status)
-                done = 0 < self.config.episodes <= self.status.episodes
+                done = 0 < self.config.episodes <= self.status.train_episodes
                 self._enter(Phase.STOPPING if done else Phase.BEGIN_RESET)
                 return
             self._act()
 
     def _act(self) -> None:
-        actor = self.snapshot.read_from_rt()
+        latest = self.snapshot.read_from_rt()  # every tick: a newer actor swaps in here
+        episode = self._episode
+        actor = episode.actor or latest  # the guard's choice, if it is on
         noise = (
             self._rng.standard_normal(actor.meta.action_size).astype(np.float32)
-            if self.config.stochastic_actions
+            if self.config.stochastic_actions and not episode.evaluation
             else None
         )
         action = actor.act(self._obs, noise)
@@ -391,6 +433,8 @@ class ControlLoop:
     ) -> None:
         dt = float(info['dt_s'])
         episode.ret += reward
+        if episode.evaluation:
+            return  # an evaluation is never training data
         if abs(dt - self.env.config.period_s) > self.config.timing_violation_threshold_s:
             st.transitions_dropped_late += 1  # a stretched transition never leaves the node
             episode.dropped_late += 1
@@ -412,6 +456,14 @@ class ControlLoop:
         episode.published += 1
 
     def _finish_episode(self, episode: _Episode, terminated: bool, st: LoopStatus) -> None:
+        gate = self.gate
+        verdict = None
+        if episode.evaluation:
+            verdict = gate.judge(episode.ret)
+            st.eval_episodes += 1
+        else:
+            gate.finish_training()
+            st.train_episodes += 1
         summary = EpisodeSummary(
             episode=self.first_episode + st.episodes,
             n_ticks=episode.dt.n,
@@ -426,6 +478,12 @@ class ControlLoop:
             transitions_published=episode.published,
             transitions_dropped_late=episode.dropped_late,
             settled=episode.settled,
+            evaluation=episode.evaluation,
+            verdict=verdict.kind if verdict else '',
+            eval_bar=verdict.bar if verdict else math.nan,
+            live_version=gate.live_version,
+            best_version=gate.best_version,
+            best_score=gate.best_score,
         )
         st.episodes += 1
         self.episodes_out.push_from_rt(summary)
@@ -434,8 +492,12 @@ class ControlLoop:
 class _Episode:
     """Per-episode accumulators (the loop's own)."""
 
-    def __init__(self, settled: bool = True) -> None:
+    def __init__(
+        self, settled: bool = True, evaluation: bool = False, actor: NumpyActor | None = None
+    ) -> None:
         self.settled = settled
+        self.evaluation = evaluation
+        self.actor = actor  # None: the newest actor, tick by tick
         self.dt = RunningStats()
         self.max_overrun_s = -math.inf
         self.strikes = 0

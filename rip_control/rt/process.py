@@ -37,6 +37,7 @@ from rip_control.policy import NumpyActor
 from rip_control.rig.client import LowLevelClient, RigError
 from rip_control.rig.env import RealRotaryInvertedPendulumEnv, TaskConfig
 from rip_control.rt.channels import SharedMemory
+from rip_control.rt.gate import PolicyGate
 from rip_control.rt.link import (
     TICK_RECORD,
     ChannelSizes,
@@ -118,6 +119,10 @@ class RtControl:
         self.ch = ch
         self.task = TaskConfig(**config['task'])
         self.loop_config = LoopConfig(**config['loop'])
+        # The regression guard's live actor and best evaluation outlive an activation.
+        self.gate: PolicyGate[NumpyActor] = PolicyGate(
+            self.loop_config.eval_every_episodes, self.loop_config.eval_margin
+        )
         self.config = config
         self.node_timeout_s = float(config['node_timeout_s'])
         self.status = RtStatus()
@@ -272,7 +277,14 @@ class RtControl:
         ticks = _RingOutbox(self.ch.ticks, _encode_tick)
         episodes = _EpisodeEvents(self)
         self.loop = loop = ControlLoop(
-            env, self.loop_config, self, transitions, ticks, episodes, first_episode=first_episode
+            env,
+            self.loop_config,
+            self,
+            transitions,
+            ticks,
+            episodes,
+            first_episode=first_episode,
+            gate=self.gate,
         )
         self.status.activation += 1
         self.status.motor_confirmed_off = 0

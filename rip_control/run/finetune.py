@@ -19,6 +19,7 @@ critics), else from the pre-trained policy shipped for the rate
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 import json
 import os
@@ -37,6 +38,7 @@ from rip_control.rig.emulator_process import (
     die_with_parent,
     stop_process,
 )
+from rip_control.rt.gate import BEST_POLICY_FILE, VERDICTS
 from rip_control.run.launching import (
     CONTROL,
     LEARNER,
@@ -103,7 +105,7 @@ def plan(
     if learn:  # refused here, before anything starts, as the learner itself would refuse it
         check_run_dir_is_free(run_dir, str(learner.get('resume_buffer') or ''))
     else:
-        control.update(stochastic_actions=False, allow_random_policy=False)
+        control.update(stochastic_actions=False, allow_random_policy=False, eval_every_episodes=0)
     controls = []
     for i in range(rigs):
         one = rigs == 1
@@ -145,11 +147,17 @@ def plan(
 
 
 def resolve_auto_policy(run_dir: Path, rate_hz: float) -> Path:
-    """``policy:=auto``: the run's latest policy if it has one, else the shipped one.
+    """``policy:=auto``: the run's best-evaluated policy, else its latest, else the shipped one.
+
+    The best is what the regression guard kept (:data:`BEST_POLICY_FILE`): a run whose last
+    updates made the policy worse resumes from before them.
 
     :raises ValueError: no pre-trained policy ships for ``rate_hz`` (it names the command
         that makes one).
     """
+    best = run_dir / BEST_POLICY_FILE
+    if best.exists():
+        return best
     latest = run_dir / POLICY_LATEST
     return latest if latest.exists() else shipped_policy(rate_hz, f'{latest} does not exist and ')
 
@@ -269,7 +277,8 @@ class _Monitor:
 
         self.label = label
         self.control_status_name = f'{control_fqn.lstrip("/")}: control loop'
-        self.episodes: list[dict[str, float]] = []
+        self.episodes: list[dict[str, float]] = []  # training episodes
+        self.evaluations: list[dict[str, float]] = []  # the regression guard's
         self.learner: dict[str, str] = {}
         self.control: dict[str, str] = {}
         self.control_message = ''
@@ -284,6 +293,17 @@ class _Monitor:
 
     def _on_episode(self, msg: Any) -> None:
         ep = {d.label: float(v) for d, v in zip(msg.layout.dim, msg.data, strict=False)}
+        prefix = f'[{self.label}] ' if self.label else ''
+        if ep.get('evaluation'):
+            self.evaluations.append(ep)
+            verdict = VERDICTS[int(ep['verdict'])] if 0 <= ep['verdict'] < len(VERDICTS) else '?'
+            _say(
+                f'{prefix}evaluation {int(ep["episode"]):3d}: return {ep["return"]:8.2f}, balance '
+                f'{ep["balance_s"]:5.2f} s, policy v{int(ep["policy_version"])} {verdict}; live '
+                f'v{int(ep["live_version"])}, best v{int(ep["best_version"])} '
+                f'({ep["best_score"]:.2f})'
+            )
+            return
         ep['learner_updates'] = float(self.learner.get('gradient_steps_done', 0))
         ep['buffer_size'] = float(self.learner.get('buffer_size', 0))
         ep['violations'] = float(self.control.get('violations', 0))
@@ -297,7 +317,6 @@ class _Monitor:
             line += (
                 f'learner updates {int(ep["learner_updates"])}, buffer {int(ep["buffer_size"])}, '
             )
-        prefix = f'[{self.label}] ' if self.label else ''
         _say(prefix + line + f'policy v{int(ep["policy_version"])}')
 
     def _on_diag(self, msg: Any) -> None:
@@ -669,7 +688,7 @@ def _summarise(
 ) -> dict[str, Any]:
     import numpy as np
 
-    eps = monitor.episodes
+    eps, evs = monitor.episodes, monitor.evaluations
     summary: dict[str, Any] = {
         'run_dir': str(run_dir),
         'rate_hz': float(values['rate']),
@@ -679,6 +698,19 @@ def _summarise(
         'episode_returns': [e['return'] for e in eps],
         'balance_s': [e['balance_s'] for e in eps],
         'policy_versions': [int(e['policy_version']) for e in eps],
+        'evaluations': [
+            {
+                'episode': int(e['episode']),
+                'policy_version': int(e['policy_version']),
+                'return': e['return'],
+                'balance_s': e['balance_s'],
+                'verdict': VERDICTS[int(e['verdict'])],
+            }
+            for e in monitor.evaluations
+        ],
+        'live_policy_version': int(evs[-1]['live_version']) if evs else None,
+        'best_policy_version': int(evs[-1]['best_version']) if evs else None,
+        'best_eval_return': evs[-1]['best_score'] if evs else None,
         'learner': monitor.learner,
         # The control node's last report: what it published, and what reached nobody.
         'transitions_published': int(monitor.control.get('transitions_published', 0)),
@@ -727,6 +759,13 @@ def _summarise(
             f'v{monitor.learner.get("policy_version_published", "?")}'
         )
     lines.append(f'policy versions used per episode: {summary["policy_versions"]}')
+    if evs:
+        verdicts = Counter(VERDICTS[int(e['verdict'])] for e in evs)
+        lines.append(
+            f'regression guard: {len(evs)} evaluation(s) ({dict(verdicts)}); live policy '
+            f'v{summary["live_policy_version"]}, best v{summary["best_policy_version"]} '
+            f'(evaluation return {summary["best_eval_return"]:.2f}, {BEST_POLICY_FILE})'
+        )
     print('\n== summary ==\n' + '\n'.join(lines), flush=True)
     return summary
 

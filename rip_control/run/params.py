@@ -245,6 +245,29 @@ CONTROL_PARAMETERS = (
     Param('allow_random_policy', False, 'activate with an untrained actor'),
     Param('hidden_sizes', [64, 64], 'hidden layers of a random actor'),
     Param('stochastic_actions', True, 'sample actions (exploration)'),
+    Param(
+        'eval_every_episodes',
+        0,
+        'regression guard: a newer policy gets a deterministic evaluation episode after this '
+        'many training episodes and drives the rig only if it scores within eval_margin of the '
+        'best evaluation (0: off, every new policy drives at once)',
+        0,
+        100_000,
+    ),
+    Param(
+        'eval_margin',
+        0.05,
+        'regression guard: fraction of the best evaluation return a candidate may fall short by',
+        0.0,
+        0.99,
+    ),
+    Param(
+        'eval_episode_seconds',
+        0.0,
+        'regression guard: length of an evaluation episode, s (0: episode_seconds)',
+        0.0,
+        3600.0,
+    ),
     Param('run_name', 'default', 'outputs under runs/<run_name>'),
     Param('runs_dir', 'runs', 'parent directory of runs'),
     Param('control_cpu', -1, 'CPU of the real-time control process (-1: the last one)', -1, 4095),

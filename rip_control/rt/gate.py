@@ -1,0 +1,140 @@
+"""The regression guard: which actor drives the next episode, and whether it is an evaluation.
+
+Without it (``every == 0``) the newest actor from the learner drives the rig the moment it
+arrives, and a bad update acts on the rig at once. With it, a newer actor first gets a
+deterministic evaluation episode (its mean action, no exploration noise, nothing sent to the
+learner) and goes *live* only if its return is within ``margin`` of the best evaluated
+return so far; training episodes are always driven by the live actor. The first evaluation
+measures the initial actor itself (the baseline). Free of ROS, time and I/O: the control
+loop asks it at each episode start and tells it each result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import math
+from typing import Generic, Protocol, TypeVar
+
+
+class VersionedActor(Protocol):
+    """What the gate needs of an actor (the loop's :class:`~rip_control.policy.NumpyActor`)."""
+
+    @property
+    def version(self) -> int:
+        """The actor's version (the learner's count; newer is larger)."""
+        ...
+
+
+A = TypeVar('A', bound=VersionedActor)
+
+BEST_POLICY_FILE = 'policy_best.safetensors'
+"""The best-evaluated actor, in the run folder (the node writes it; ``policy:=auto`` takes it)."""
+VERDICTS = ('', 'baseline', 'promoted', 'rejected')
+"""``verdict`` of an ``~/episode`` message is an index into this (0: a training episode)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of one evaluation episode.
+
+    :param kind: ``baseline`` (the initial actor measured), ``promoted`` (the candidate is
+        live now) or ``rejected`` (the live actor stays).
+    :param version: the evaluated actor's version.
+    :param score: its evaluation return.
+    :param bar: the return it had to reach (NaN for a baseline).
+    :param new_best: it is the best evaluated so far (``policy_best`` should be rewritten).
+    """
+
+    kind: str
+    version: int
+    score: float
+    bar: float
+    new_best: bool
+
+
+class PolicyGate(Generic[A]):
+    """Keeps the live actor and the best evaluation, and schedules evaluations.
+
+    :param every: evaluate a newer actor after this many training episodes (0: no guard, the
+        newest actor always drives).
+    :param margin: a candidate goes live when its evaluation return is at least the best one
+        minus ``margin`` times its magnitude (0.05: within 5 %).
+    """
+
+    def __init__(self, every: int = 0, margin: float = 0.05) -> None:
+        if every < 0:
+            raise ValueError(f'eval_every_episodes must be >= 0, got {every}')
+        if not (0.0 <= margin < 1.0):
+            raise ValueError(f'eval_margin must be in [0, 1), got {margin}')
+        self.every = every
+        self.margin = margin
+        self.live: A | None = None
+        self.best_version = -1
+        self.best_score = math.nan
+        self.last: Verdict | None = None
+        self.promoted = 0
+        self.rejected = 0
+        self._since_eval = 0  # training episodes since the last evaluation
+        self._judged = -1  # newest version evaluated (a rejected one is not evaluated again)
+        self._candidate: A | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the guard is on."""
+        return self.every > 0
+
+    @property
+    def live_version(self) -> int:
+        """The live actor's version (-1 before the first episode, or with the guard off)."""
+        return self.live.version if self.live is not None else -1
+
+    def bar(self) -> float:
+        """The evaluation return a candidate must reach (NaN before the baseline)."""
+        return self.best_score - self.margin * abs(self.best_score)
+
+    def next_episode(self, latest: A) -> tuple[bool, A]:
+        """``(is_evaluation, actor)`` for the episode starting now.
+
+        :param latest: the newest actor the learner has sent (or the initial one).
+        """
+        if not self.enabled:
+            return False, latest
+        if self.live is None:
+            self.live = latest  # the initial actor
+        if math.isnan(self.best_score):
+            self._candidate = self.live
+            return True, self.live
+        newer = latest.version > max(self.live.version, self._judged)
+        if newer and self._since_eval >= self.every:
+            self._candidate = latest
+            return True, latest
+        return False, self.live
+
+    def finish_training(self) -> None:
+        """A training episode ended."""
+        self._since_eval += 1
+
+    def judge(self, score: float) -> Verdict:
+        """An evaluation episode ended with return ``score``: promote or reject its actor."""
+        cand = self._candidate
+        assert cand is not None, 'judge() without an evaluation episode'
+        self._candidate = None
+        self._since_eval = 0
+        self._judged = max(self._judged, cand.version)
+        if not math.isfinite(score):
+            score = -math.inf
+        if math.isnan(self.best_score):
+            kind, bar = 'baseline', math.nan
+        else:
+            bar = self.bar()
+            kind = 'promoted' if score >= bar else 'rejected'
+        new_best = kind != 'rejected' and (math.isnan(self.best_score) or score > self.best_score)
+        if kind == 'promoted':
+            self.live = cand
+            self.promoted += 1
+        elif kind == 'rejected':
+            self.rejected += 1
+        if new_best:
+            self.best_score, self.best_version = score, cand.version
+        self.last = Verdict(kind, cand.version, score, bar, new_best)
+        return self.last

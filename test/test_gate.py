@@ -1,0 +1,90 @@
+"""The regression guard's decisions (:mod:`rip_control.rt.gate`), without a rig or ROS."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import math
+
+import pytest
+
+from rip_control.rt.gate import PolicyGate
+
+
+@dataclass(frozen=True)
+class _Actor:
+    version: int
+
+
+def test_off_the_newest_actor_always_drives_and_nothing_is_evaluated() -> None:
+    gate: PolicyGate[_Actor] = PolicyGate(every=0)
+    assert gate.next_episode(_Actor(0)) == (False, _Actor(0))
+    assert gate.next_episode(_Actor(7)) == (False, _Actor(7))
+    assert gate.live_version == -1
+
+
+def test_the_initial_actor_is_measured_first_then_trains() -> None:
+    gate: PolicyGate[_Actor] = PolicyGate(every=1)
+    first = _Actor(0)
+    assert gate.next_episode(first) == (True, first)
+    v = gate.judge(200.0)
+    assert (v.kind, v.version, v.new_best) == ('baseline', 0, True)
+    assert math.isnan(v.bar)
+    assert gate.next_episode(first) == (False, first)  # nothing newer: train
+
+
+def test_a_worse_candidate_never_drives_and_is_not_evaluated_twice() -> None:
+    gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.05)
+    gate.next_episode(_Actor(0))
+    gate.judge(200.0)
+    gate.next_episode(_Actor(0))
+    gate.finish_training()
+    bad = _Actor(3)
+    assert gate.next_episode(bad) == (True, bad)
+    v = gate.judge(150.0)
+    assert (v.kind, v.bar) == ('rejected', pytest.approx(190.0))
+    assert gate.live_version == 0
+    gate.finish_training()
+    # The same rejected version is not evaluated again: the live actor keeps training.
+    assert gate.next_episode(bad) == (False, _Actor(0))
+    gate.finish_training()
+    newer = _Actor(4)
+    assert gate.next_episode(newer) == (True, newer)
+
+
+def test_within_the_margin_goes_live_but_the_best_stays_the_bar() -> None:
+    gate: PolicyGate[_Actor] = PolicyGate(every=2, margin=0.05)
+    gate.next_episode(_Actor(0))
+    gate.judge(200.0)
+    gate.finish_training()
+    # One training episode since the evaluation: not yet (every=2).
+    assert gate.next_episode(_Actor(1)) == (False, _Actor(0))
+    gate.finish_training()
+    assert gate.next_episode(_Actor(1)) == (True, _Actor(1))
+    v = gate.judge(195.0)
+    assert (v.kind, v.new_best) == ('promoted', False)
+    assert (gate.live_version, gate.best_version, gate.best_score) == (1, 0, 200.0)
+    gate.finish_training()
+    gate.finish_training()
+    gate.next_episode(_Actor(2))
+    # 189 is within 5 % of the live one (195) but not of the best (200): no slow slide.
+    assert gate.judge(189.0).kind == 'rejected'
+    gate.finish_training()
+    gate.finish_training()
+    gate.next_episode(_Actor(3))
+    v = gate.judge(230.0)
+    assert (v.kind, v.new_best, gate.best_version) == ('promoted', True, 3)
+
+
+def test_a_non_finite_return_is_a_rejection() -> None:
+    gate: PolicyGate[_Actor] = PolicyGate(every=1)
+    gate.next_episode(_Actor(0))
+    gate.judge(10.0)
+    gate.finish_training()
+    gate.next_episode(_Actor(1))
+    assert gate.judge(math.nan).kind == 'rejected'
+
+
+@pytest.mark.parametrize(('every', 'margin'), [(-1, 0.05), (1, -0.1), (1, 1.0)])
+def test_bad_settings_are_refused_by_name(every: int, margin: float) -> None:
+    with pytest.raises(ValueError, match='eval_every_episodes|eval_margin'):
+        PolicyGate(every, margin)

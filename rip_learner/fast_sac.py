@@ -20,6 +20,16 @@ checkpoints, ``predict()`` and everything else of SB3 keep working:
 
 ``test/test_fast_sac.py`` checks that it ends where SB3's ``train()`` ends from the same
 state and seeds; ``python -m rip_control.bench learner-throughput`` measures both.
+
+Three fine-tuning safeguards live here too, each off unless asked for (and then, by
+construction, no longer SB3's ``train()``):
+
+* ``train(..., update_actor=False)``: critic-only updates (the fine-tune's first ones, so the
+  actor is not steered by a critic still fitting the rig);
+* ``prior``: a replay buffer's arrays (the simulation's experience) of which ``prior_ratio``
+  of every batch is drawn (RLPD's symmetric sampling at 0.5);
+* ``smoothness``: CAPS's temporal term, ``smoothness * |a(s) - a(s')|^2`` on the mean
+  actions of consecutive observations, added to the actor loss.
 """
 
 from __future__ import annotations
@@ -52,14 +62,32 @@ class FastSacUpdate:
 
     :param model: the SB3 SAC (MLP policy, one env, no gSDE).
     :param fused: use fused Adam kernels where available (else multi-tensor ones).
+    :param prior: arrays of a buffer file (:mod:`rip_learner.buffer_store`) to mix in.
+    :param prior_ratio: share of each batch drawn from ``prior`` (0 with no prior).
+    :param smoothness: weight of the temporal action-smoothness term (0: off).
     """
 
-    def __init__(self, model: Any, fused: bool = True) -> None:
+    def __init__(
+        self,
+        model: Any,
+        fused: bool = True,
+        prior: dict[str, np.ndarray] | None = None,
+        prior_ratio: float = 0.0,
+        smoothness: float = 0.0,
+    ) -> None:
+        if not 0.0 <= prior_ratio < 1.0:
+            raise ValueError(f'prior_ratio must be in [0, 1), got {prior_ratio}')
+        if smoothness < 0:
+            raise ValueError(f'smoothness must be >= 0, got {smoothness}')
+        self.prior = prior if prior is not None and prior_ratio > 0 else None
+        self.prior_ratio = prior_ratio if self.prior is not None else 0.0
+        self.smoothness = smoothness
         if model.use_sde:
             raise ValueError('gSDE is not supported by the fast update (use SB3 train())')
         if model.replay_buffer.n_envs != 1 or model.replay_buffer.optimize_memory_usage:
             raise ValueError('the fast update expects one env and next_observations stored')
         self.model = model
+        self.device = model.device
         self._critic_params = list(model.critic.parameters())
         self._target_params = list(model.critic_target.parameters())
         if [p.shape for p in self._critic_params] != [p.shape for p in self._target_params]:
@@ -79,16 +107,30 @@ class FastSacUpdate:
 
         rb = self.model.replay_buffer
         upper = rb.buffer_size if rb.full else rb.pos
-        inds = np.empty((n, batch_size), dtype=np.int64)
+        n_prior = round(batch_size * self.prior_ratio) if self.prior is not None else 0
+        n_own = batch_size - n_prior
+        inds = np.empty((n, n_own), dtype=np.int64)
         for i in range(n):  # SB3's draws, in SB3's order: batch indices, then env indices
-            inds[i] = np.random.randint(0, upper, size=batch_size)
-            np.random.randint(0, 1, size=batch_size)
+            inds[i] = np.random.randint(0, upper, size=n_own)
+            np.random.randint(0, 1, size=n_own)
         obs = rb.observations[inds, 0]
         next_obs = rb.next_observations[inds, 0]
         actions = rb.actions[inds, 0]
         dones = rb.dones[inds, 0] * (1.0 - rb.timeouts[inds, 0])
         rewards = rb.rewards[inds, 0]
-        as_t = torch.from_numpy
+        if n_prior:
+            p = self.prior
+            assert p is not None
+            pi = np.random.randint(0, len(p['rewards']), size=(n, n_prior))
+            obs = np.concatenate([obs, p['observations'][pi]], axis=1)
+            next_obs = np.concatenate([next_obs, p['next_observations'][pi]], axis=1)
+            actions = np.concatenate([actions, p['actions'][pi]], axis=1)
+            dones = np.concatenate([dones, p['dones'][pi] * (1.0 - p['timeouts'][pi])], axis=1)
+            rewards = np.concatenate([rewards, p['rewards'][pi]], axis=1)
+
+        def as_t(a: np.ndarray) -> Any:
+            return torch.from_numpy(a).to(self.device)
+
         return (
             as_t(np.ascontiguousarray(obs, dtype=np.float32)),
             as_t(np.ascontiguousarray(actions, dtype=np.float32)),
@@ -110,8 +152,12 @@ class FastSacUpdate:
         )
         return actions, log_prob
 
-    def train(self, gradient_steps: int, batch_size: int) -> None:
-        """What ``model.train(gradient_steps, batch_size)`` does, faster."""
+    def train(self, gradient_steps: int, batch_size: int, update_actor: bool = True) -> None:
+        """What ``model.train(gradient_steps, batch_size)`` does, faster.
+
+        :param update_actor: False updates the critics (and their targets) only: the actor
+            and the entropy coefficient stay as they are.
+        """
         import torch
         from torch.nn.functional import mse_loss
 
@@ -126,13 +172,15 @@ class FastSacUpdate:
         for step in range(gradient_steps):
             obs, actions, next_obs = obs_b[step], act_b[step], next_b[step]
             actions_pi, log_prob = self._sample_pi(obs)
-            if m.ent_coef_optimizer is not None and m.log_ent_coef is not None:
+            if update_actor and m.ent_coef_optimizer is not None and m.log_ent_coef is not None:
                 ent_coef = torch.exp(m.log_ent_coef.detach())
                 ent_loss = -(m.log_ent_coef * (log_prob + m.target_entropy).detach()).mean()
                 ent_losses.append(ent_loss.detach())
                 m.ent_coef_optimizer.zero_grad()
                 ent_loss.backward()
                 m.ent_coef_optimizer.step()
+            elif m.log_ent_coef is not None:
+                ent_coef = torch.exp(m.log_ent_coef.detach())
             else:
                 ent_coef = m.ent_coef_tensor
             ent_coefs.append(ent_coef.detach().reshape(()))
@@ -147,12 +195,17 @@ class FastSacUpdate:
             m.critic.optimizer.zero_grad()
             critic_loss.backward()
             m.critic.optimizer.step()
-            q_pi = torch.cat(m.critic(obs, actions_pi), dim=1)
-            actor_loss = (ent_coef * log_prob - q_pi.min(dim=1, keepdim=True).values).mean()
-            actor_losses.append(actor_loss.detach())
-            m.actor.optimizer.zero_grad()
-            actor_loss.backward()
-            m.actor.optimizer.step()
+            if update_actor:
+                q_pi = torch.cat(m.critic(obs, actions_pi), dim=1)
+                actor_loss = (ent_coef * log_prob - q_pi.min(dim=1, keepdim=True).values).mean()
+                if self.smoothness:
+                    a_now = torch.tanh(m.actor.get_action_dist_params(obs)[0])
+                    a_next = torch.tanh(m.actor.get_action_dist_params(next_obs)[0])
+                    actor_loss = actor_loss + self.smoothness * (a_now - a_next).square().mean()
+                actor_losses.append(actor_loss.detach())
+                m.actor.optimizer.zero_grad()
+                actor_loss.backward()
+                m.actor.optimizer.step()
             if step % m.target_update_interval == 0:
                 with torch.no_grad():
                     torch._foreach_lerp_(self._target_params, self._critic_params, m.tau)
@@ -163,7 +216,8 @@ class FastSacUpdate:
         m._n_updates += gradient_steps
         m.logger.record('train/n_updates', m._n_updates, exclude='tensorboard')
         m.logger.record('train/ent_coef', torch.stack(ent_coefs).mean().item())
-        m.logger.record('train/actor_loss', torch.stack(actor_losses).mean().item())
+        if actor_losses:
+            m.logger.record('train/actor_loss', torch.stack(actor_losses).mean().item())
         m.logger.record('train/critic_loss', torch.stack(critic_losses).mean().item())
         if ent_losses:
             m.logger.record('train/ent_coef_loss', torch.stack(ent_losses).mean().item())

@@ -71,6 +71,7 @@ class LearnerNode(Node):
         self._tune_process(s)
         self.trainer = Trainer(s, self.get_logger().info)
         self.trainer.load_initial_policy()
+        self.trainer.load_prior_data()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.received = 0

@@ -23,6 +23,10 @@ class LearnerSettings:
     learning_starts: int
     max_chunk: int
     fast_updates: bool
+    critic_warmup_updates: int
+    prior_data: str
+    prior_ratio: float
+    smoothness: float
     dt_tolerance_s: float
     resume_buffer: str
     resume_bags: tuple[str, ...]
@@ -52,9 +56,18 @@ class LearnerSettings:
                 buffer_size=p('buffer_size').value,
                 torch_threads=p('torch_threads').value,
                 seed=p('seed').value,
+                device=p('device').value,
             )
         except ValueError as exc:
             raise LearnerConfigError(str(exc)) from exc
+        safeguards = {
+            'critic_warmup_updates': p('critic_warmup_updates').value,
+            'prior_data': p('prior_data').value,
+            'smoothness': p('smoothness').value,
+        }
+        if not p('fast_updates').value and any(safeguards.values()):
+            named = ', '.join(f'{k}:={v}' for k, v in safeguards.items() if v)
+            raise LearnerConfigError(f'{named} needs fast_updates:=true (rip_learner.fast_sac)')
         return cls(
             rate_hz=p('rate_hz').value,
             sac=sac,
@@ -62,6 +75,10 @@ class LearnerSettings:
             learning_starts=p('learning_starts').value,
             max_chunk=p('max_chunk').value,
             fast_updates=p('fast_updates').value,
+            critic_warmup_updates=safeguards['critic_warmup_updates'],
+            prior_data=safeguards['prior_data'],
+            prior_ratio=p('prior_ratio').value,
+            smoothness=safeguards['smoothness'],
             dt_tolerance_s=p('dt_tolerance_ms').value / 1e3,
             resume_buffer=p('resume_buffer').value,
             resume_bags=tuple(x.strip() for x in p('resume_bag').value.split(',') if x.strip()),

@@ -40,12 +40,13 @@ import numpy as np
 from rip_control.files import atomic_write_bytes
 from rip_control.policy import encode_actor
 from rip_control.rig.dynamics import PendulumParams
-from rip_control.rig.env import SimRotaryInvertedPendulumEnv, TaskConfig
+from rip_control.rig.env import ACTION_SIZE, OBS_SIZE, SimRotaryInvertedPendulumEnv, TaskConfig
 from rip_control.run.evaluation import EpisodeMetrics, episode_metrics, summarize
 from rip_control.run.launching import help_requested, parse_options
 from rip_control.run.params import Param
 from rip_learner.sac import (
     CHECKPOINT_FILE,
+    PRIOR_DATA_FILE,
     SacConfig,
     actor_meta,
     actor_tensors,
@@ -82,6 +83,14 @@ OPTIONS = (
     Param('target_balance_s', 8.0, 'stop once evaluations balance this long', 0.0, 600.0),
     Param('min_steps', 30_000, 'no early stop before this many steps', 0, 10_000_000),
     Param('torch_threads', 1, 'torch intra-op threads', 1, 64),
+    Param(
+        'prior_data_size',
+        20_000,
+        'transitions of the replay buffer kept as prior_data.safetensors (a uniform sample; the '
+        'fine-tune mixes them into its batches; 0: none)',
+        0,
+        10_000_000,
+    ),
 )
 
 
@@ -239,6 +248,25 @@ def _plot_curve(rows: list[dict[str, Any]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def save_prior_data(rb: Any, path: Path, size: int, rate_hz: float, seed: int) -> dict[str, Any]:
+    """A uniform sample of ``size`` transitions of ``rb``, saved as a rate-tagged buffer file.
+
+    What the fine-tune mixes into its batches (``prior_data``): the simulation's experience,
+    diverse (the curriculum's starts, randomised physics), to keep the critics anchored while
+    the rig's first transitions are few.
+    """
+    from rip_learner import buffer_store
+    from rip_learner.buffer_store import BufferMeta
+
+    arrays = buffer_store.extract(rb)
+    n = len(arrays['rewards'])
+    pick = np.sort(np.random.default_rng(seed).choice(n, size=min(size, n), replace=False))
+    arrays = {k: v[pick] for k, v in arrays.items()}
+    meta = BufferMeta(rate_hz, OBS_SIZE, ACTION_SIZE, len(pick))
+    buffer_store.save(path, arrays, meta)
+    return {'file': str(path), 'transitions': len(pick), 'of': n}
 
 
 def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
@@ -413,6 +441,10 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
         'curve': rows,
         'policy': str(out / POLICY_FILE),
     }
+    if opts['prior_data_size']:
+        summary['prior_data'] = save_prior_data(
+            model.replay_buffer, out / PRIOR_DATA_FILE, opts['prior_data_size'], rate, opts['seed']
+        )
     atomic_write_bytes(out / 'pretrain.json', json.dumps(summary, indent=1).encode())
     if rows:
         _plot_curve(rows, out / 'learning_curve.png')

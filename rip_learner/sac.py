@@ -21,6 +21,9 @@ from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 
 CHECKPOINT_FILE = 'sac_checkpoint.safetensors'
 """The SAC networks' file; saved beside a policy, it travels with it (critics included)."""
+PRIOR_DATA_FILE = 'prior_data.safetensors'
+"""A sample of the pre-training replay buffer, beside the policy (``prior_data:=auto``)."""
+DEVICES = ('auto', 'cpu', 'cuda')
 
 # The rig's spaces, shared with the control node (rip_control.rig.env): obs 6, action 1 in [-1, 1].
 OBSERVATION_SPACE = gym.spaces.Box(-np.inf, np.inf, shape=(OBS_SIZE,), dtype=np.float32)
@@ -44,8 +47,11 @@ class SacConfig:
     buffer_size: int = 200_000
     torch_threads: int = 1
     seed: int = 0
+    device: str = 'cpu'
 
     def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f'device must be one of {", ".join(DEVICES)}, got {self.device!r}')
         if not self.hidden_sizes or min(self.hidden_sizes) < 1:
             raise ValueError(f'hidden_sizes must be positive widths, got {self.hidden_sizes}')
         if self.batch_size < 1:
@@ -71,12 +77,15 @@ class _SpacesOnlyEnv(gym.Env):
         raise RuntimeError('the learner never steps an env; transitions arrive over DDS')
 
 
-def build_sac(cfg: SacConfig, env: gym.Env | None = None, **sac_kwargs: Any) -> Any:
+def build_sac(
+    cfg: SacConfig, env: gym.Env | None = None, sac_class: Any = None, **sac_kwargs: Any
+) -> Any:
     """An SB3 SAC for the rig's spaces (logger configured, torch threads set).
 
     :param cfg: hyperparameters.
     :param env: an env for ``learn()`` (simulation pre-training, the synchronous baseline);
         None builds one that only carries the spaces, for a learner calling ``train()``.
+    :param sac_class: a subclass of SB3's SAC to build instead (the synchronous baseline's).
     :param sac_kwargs: further :class:`~stable_baselines3.SAC` arguments (``learning_starts``,
         ``train_freq``, ``gradient_steps``...).
     """
@@ -86,7 +95,7 @@ def build_sac(cfg: SacConfig, env: gym.Env | None = None, **sac_kwargs: Any) -> 
 
     torch.set_num_threads(cfg.torch_threads)
     sac_kwargs.setdefault('learning_starts', 0)
-    model = SAC(
+    model = (sac_class or SAC)(
         'MlpPolicy',
         env if env is not None else _SpacesOnlyEnv(),
         learning_rate=cfg.learning_rate,
@@ -97,12 +106,23 @@ def build_sac(cfg: SacConfig, env: gym.Env | None = None, **sac_kwargs: Any) -> 
         policy_kwargs={'net_arch': list(cfg.hidden_sizes)},
         replay_buffer_kwargs={'handle_timeout_termination': True},
         seed=cfg.seed,
-        device='cpu',
+        device=resolve_device(cfg.device),
         verbose=0,
         **sac_kwargs,
     )
     model.set_logger(configure(None, []))
     return model
+
+
+def resolve_device(device: str) -> str:
+    """``auto``: CUDA when torch sees a GPU, else the CPU. ``cuda`` without one is refused."""
+    import torch
+
+    if device == 'auto':
+        return 'cuda' if torch.cuda.is_available() else 'cpu'
+    if device == 'cuda' and not torch.cuda.is_available():
+        raise ValueError('device:=cuda but torch sees no CUDA device (use auto or cpu)')
+    return device
 
 
 def sac_state(model: Any) -> dict[str, np.ndarray]:

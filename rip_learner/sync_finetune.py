@@ -6,6 +6,11 @@ gradient updates run between steps in the same thread, so every tick that follow
 ``K`` updates is late and the real rate stretches. The policy learns the dynamics of the
 stretched period and is then deployed at the configured rate.
 
+For a fair comparison with the asynchronous nodes (V5) it runs the learner's own update
+(:class:`~rip_learner.fast_sac.FastSacUpdate`, with the same safeguards) and acts with the
+initial policy from the first step: SB3 would act uniformly at random until
+``learning_starts``, which the asynchronous fine-tune never does.
+
 A stretched step can outlast the firmware's deadman (100 ms): the rig disengages and refuses
 the next voltage; and a read can time out. A user of this pattern would end the episode there
 and reset (the reset engages the motor again); :class:`DeadmanTolerantEnv` does exactly that
@@ -81,6 +86,27 @@ class DeadmanTolerantEnv(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
+def _sync_sac_class() -> Any:
+    """SB3's SAC, acting with its policy before ``learning_starts``, updating by a hook."""
+    from stable_baselines3 import SAC
+
+    class WarmStartSAC(SAC):
+        update: Any = None  # FastSacUpdate, or None for SB3's own train()
+        critic_warmup_updates = 0
+
+        def _sample_action(self, learning_starts: int, *args: Any, **kwargs: Any) -> Any:
+            return super()._sample_action(0, *args, **kwargs)
+
+        def train(self, gradient_steps: int, batch_size: int = 64) -> None:
+            if self.update is None:
+                super().train(gradient_steps, batch_size)
+                return
+            actor = self._n_updates >= self.critic_warmup_updates
+            self.update.train(gradient_steps, batch_size, update_actor=actor)
+
+    return WarmStartSAC
+
+
 @dataclass(frozen=True)
 class SyncResult:
     """What a synchronous fine-tune did."""
@@ -93,6 +119,7 @@ class SyncResult:
     dt_s: list[float]
     episode_returns: list[float]
     wall_s: float
+    updates: int = 0
 
 
 def sync_finetune(
@@ -106,6 +133,11 @@ def sync_finetune(
     episode_seconds: float = 6.0,
     learning_starts: int = 0,
     log: Any = print,
+    fast_updates: bool = False,
+    critic_warmup_updates: int = 0,
+    prior: dict[str, np.ndarray] | None = None,
+    prior_ratio: float = 0.0,
+    smoothness: float = 0.0,
 ) -> SyncResult:
     """Fine-tune ``policy`` (with its critics, if saved beside it) by ``SAC.learn()``.
 
@@ -113,10 +145,14 @@ def sync_finetune(
     :param out: folder for the fine-tuned ``policy.safetensors`` and ``sync_finetune.json``.
     :param rate_hz: the rate the env paces itself to, and the rate the result is tagged with
         (it is meant for deployment at this rate, whatever rate it really ran at).
-    :param learning_starts: SB3 acts uniformly at random until this many steps, so a
-        fine-tune from a pre-trained policy starts at 0 (and trains from the first step).
+    :param learning_starts: steps (acting with the initial policy) before the first update.
+    :param fast_updates: the learner's update instead of SB3's ``train()``; the safeguards
+        (``critic_warmup_updates``, ``prior`` mixed in at ``prior_ratio``, ``smoothness``)
+        need it, and mean what the learner's parameters of the same names mean.
     """
     from stable_baselines3.common.callbacks import BaseCallback
+
+    from rip_learner.fast_sac import FastSacUpdate
 
     cfg = cfg or SacConfig()
     out.mkdir(parents=True, exist_ok=True)
@@ -130,13 +166,23 @@ def sync_finetune(
     t0 = time.monotonic()
     try:
         model = build_sac(
-            cfg, env, learning_starts=learning_starts, train_freq=1, gradient_steps=gradient_steps
+            cfg,
+            env,
+            sac_class=_sync_sac_class(),
+            learning_starts=learning_starts,
+            train_freq=1,
+            gradient_steps=gradient_steps,
         )
         if policy:
             actor = load_actor_file(
                 policy, rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
             )
             load_initial_networks(model, actor, policy, rate_hz)
+        if fast_updates:
+            model.update = FastSacUpdate(
+                model, prior=prior, prior_ratio=prior_ratio, smoothness=smoothness
+            )
+            model.critic_warmup_updates = critic_warmup_updates
 
         class _Episodes(BaseCallback):
             def __init__(self) -> None:
@@ -176,6 +222,7 @@ def sync_finetune(
         dt_s=dts,
         episode_returns=returns,
         wall_s=time.monotonic() - t0,
+        updates=int(model._n_updates),
     )
     doc = {k: v for k, v in result.__dict__.items() if k != 'dt_s'}
     atomic_write_bytes(out / 'sync_finetune.json', json.dumps(doc, indent=1).encode())

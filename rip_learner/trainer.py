@@ -32,6 +32,7 @@ from rip_learner.fast_sac import FastSacUpdate
 from rip_learner.learner_settings import LearnerConfigError, LearnerSettings
 from rip_learner.sac import (
     CHECKPOINT_FILE,
+    PRIOR_DATA_FILE,
     actor_meta,
     actor_tensors,
     build_sac,
@@ -62,7 +63,8 @@ class Trainer:
         self.s = s
         self._say = say
         self.model = build_sac(s.sac)
-        self._fast = FastSacUpdate(self.model) if s.fast_updates else None
+        self._fast = FastSacUpdate(self.model, smoothness=s.smoothness) if s.fast_updates else None
+        self.prior_count = 0  # transitions of prior_data mixed into the batches
         self.version = 0  # of the last actor published (or loaded)
         self._lock = threading.Lock()  # the replay buffer: add() and the whole train() call
         self._inbox: deque[Transition] = deque()
@@ -104,6 +106,39 @@ class Trainer:
         if ckpt is not None:
             self._say(f'initial SAC networks (critics included) from {ckpt}')
         self.version = actor.version
+
+    def load_prior_data(self) -> None:
+        """The ``prior_data`` parameter's buffer, mixed into every batch from now on."""
+        s = self.s
+        path = self.prior_data_path()
+        if path is None:
+            return
+        try:
+            arrays, meta = buffer_store.load(
+                path, rate_hz=s.rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+            )
+        except BufferRejected as exc:
+            raise LearnerConfigError(f'prior_data refused: {exc}') from exc
+        self._fast = FastSacUpdate(
+            self.model, prior=arrays, prior_ratio=s.prior_ratio, smoothness=s.smoothness
+        )
+        self.prior_count = meta.count
+        self._say(
+            f'prior data: {meta.count} transitions from {path}, {s.prior_ratio:.0%} of each batch'
+        )
+
+    def prior_data_path(self) -> Path | None:
+        """Where ``prior_data`` points (``auto``: beside the policy, else the shipped one's)."""
+        s = self.s
+        if s.prior_data != 'auto':
+            return Path(s.prior_data) if s.prior_data else None
+        from rip_control.run.launching import packaged_policy
+
+        for near in (s.policy, str(packaged_policy(s.rate_hz))):
+            if near and (Path(near).with_name(PRIOR_DATA_FILE)).exists():
+                return Path(near).with_name(PRIOR_DATA_FILE)
+        self._say(f'prior_data:=auto: no {PRIOR_DATA_FILE} beside {s.policy or "the policy"}')
+        return None
 
     def resume(self) -> None:
         """The ``resume_buffer`` parameter's buffer (and the networks saved beside it)."""
@@ -203,13 +238,16 @@ class Trainer:
         n = min(self.due(), self.s.max_chunk)
         if n <= 0:
             return 0
+        update_actor = self.updates >= self.s.critic_warmup_updates
+        if not update_actor:
+            n = min(n, self.s.critic_warmup_updates - self.updates)
         t0 = time.perf_counter()
         with self._lock:
             if self._good is None:
                 self._good = self._snapshot()
             try:
                 if self._fast is not None:
-                    self._fast.train(n, self.s.sac.batch_size)
+                    self._fast.train(n, self.s.sac.batch_size, update_actor=update_actor)
                 else:
                     self.model.train(gradient_steps=n, batch_size=self.s.sac.batch_size)
                 finite = self._finite()

@@ -150,8 +150,12 @@ def _buffer_count(path: Path) -> int:
     return meta.count
 
 
-def _timing_rows(path: Path) -> int:
-    return len([line for line in path.read_text().splitlines()[1:] if line.strip()])
+def _timing_rows(path: Path, kind: str = 'train') -> int:
+    """Rows of ``timing.csv`` of one kind: training episodes, or the guard's ``eval`` ones."""
+    import csv
+
+    with path.open(newline='') as f:
+        return sum(row['kind'] == kind for row in csv.DictReader(f))
 
 
 @pytest.fixture(scope='module')
@@ -202,6 +206,8 @@ def test_activation_waits_for_the_learner_so_every_transition_reaches_the_buffer
 def test_timing_csv_holds_both_episodes(one_rig_run):
     _, _, run_dir = one_rig_run
     assert _timing_rows(run_dir / 'timing.csv') == 2
+    # The regression guard (on in config/finetune.yaml) measured the initial policy first.
+    assert _timing_rows(run_dir / 'timing.csv', 'eval') >= 1
 
 
 def test_the_motor_is_disengaged_by_the_node_before_the_emulator_powers_down(one_rig_run):
@@ -247,7 +253,9 @@ def test_ctrl_c_mid_run_disengages_first_saves_the_buffer_and_exits_0(install_pr
         ['rate:=50', 'episodes:=0', 'episode_seconds:=3', f'emulator_link:={tmp_path / "rig"}'],
     )
     launch.wait_for(r'\[rip_supervisor\]: /rip_control active', 120)
-    launch.wait_for(r'episode +0: return', 30)  # mid-run, with transitions in the learner
+    # Mid-run, with transitions in the learner: a training episode has ended (not only the
+    # regression guard's first evaluation, which sends none).
+    launch.wait_for(r'(?<!evaluation )episode +\d+: return', 60)
     os.killpg(launch.proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
     code = launch.wait(60)
     assert code == 0, launch.text()

@@ -12,14 +12,18 @@ from rip_learner.sac import SacConfig, actor_tensors
 from rip_learner.trainer import Trainer
 
 
-def _settings(tmp_path: Path, fast: bool) -> LearnerSettings:
-    return LearnerSettings(
+def _settings(tmp_path: Path, fast: bool, **kw: object) -> LearnerSettings:
+    base = dict(
         rate_hz=50.0,
         sac=SacConfig(batch_size=16, buffer_size=1000),
         gradient_steps=1,
         learning_starts=16,
         max_chunk=8,
         fast_updates=fast,
+        critic_warmup_updates=0,
+        prior_data='',
+        prior_ratio=0.5,
+        smoothness=0.0,
         dt_tolerance_s=0.005,
         resume_buffer='',
         resume_bags=(),
@@ -31,6 +35,8 @@ def _settings(tmp_path: Path, fast: bool) -> LearnerSettings:
         nice=0,
         cpus=(),
     )
+    base.update(kw)
+    return LearnerSettings(**base)  # type: ignore[arg-type]
 
 
 def _fill(tr: Trainer, n: int) -> None:
@@ -69,3 +75,85 @@ def test_a_diverging_update_is_undone_and_never_published(tmp_path: Path, fast: 
     assert all(bool((after[k] == v).all()) for k, v in state.items())
     # What would be published is the last finite actor.
     assert all(np.array_equal(v, good[k]) for k, v in actor_tensors(tr.model).items())
+
+
+def test_critic_warmup_leaves_the_actor_alone_then_trains_it(tmp_path: Path) -> None:
+    tr = Trainer(_settings(tmp_path, True, critic_warmup_updates=8), print)
+    _fill(tr, 64)
+    actor0 = actor_tensors(tr.model)
+    critic0 = [p.detach().clone() for p in tr.model.critic.parameters()]
+    assert tr.train_due() == 8  # the warm-up, in one call of its own
+    assert all(np.array_equal(v, actor0[k]) for k, v in actor_tensors(tr.model).items())
+    moved = zip(tr.model.critic.parameters(), critic0, strict=True)
+    assert any(not bool((p == q).all()) for p, q in moved)
+    _fill(tr, 8)
+    tr.train_due()
+    assert any(not np.array_equal(v, actor0[k]) for k, v in actor_tensors(tr.model).items())
+
+
+def test_prior_data_fills_its_share_of_every_batch(tmp_path: Path) -> None:
+    from rip_learner import buffer_store
+    from rip_learner.buffer_store import BufferMeta
+
+    n = 100
+    prior = {
+        'observations': np.full((n, OBS_SIZE), 7.0, np.float32),
+        'next_observations': np.full((n, OBS_SIZE), 7.0, np.float32),
+        'actions': np.zeros((n, ACTION_SIZE), np.float32),
+        'rewards': np.full(n, 9.0, np.float32),
+        'dones': np.zeros(n, np.float32),
+        'timeouts': np.zeros(n, np.float32),
+    }
+    path = tmp_path / 'prior.safetensors'
+    buffer_store.save(path, prior, BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, n))
+    lines: list[str] = []
+    tr = Trainer(_settings(tmp_path, True, prior_data=str(path), prior_ratio=0.25), lines.append)
+    tr.load_prior_data()
+    assert tr.prior_count == n and 'prior data: 100 transitions' in lines[-1]
+    _fill(tr, 64)
+    assert tr._fast is not None
+    obs, _, _, _, rew = tr._fast._batches(3, 16)
+    from_prior = (rew[..., 0] == 9.0).sum(dim=1).tolist()
+    assert from_prior == [4, 4, 4]  # 25 % of 16, every batch
+    assert bool((obs[:, 12:] == 7.0).all())
+
+
+def test_prior_data_from_another_rate_is_refused_by_name(tmp_path: Path) -> None:
+    from rip_learner import buffer_store
+    from rip_learner.buffer_store import BufferMeta
+    from rip_learner.learner_settings import LearnerConfigError
+
+    z = np.zeros
+    arrays = {
+        'observations': z((4, OBS_SIZE), np.float32),
+        'next_observations': z((4, OBS_SIZE), np.float32),
+        'actions': z((4, ACTION_SIZE), np.float32),
+        'rewards': z(4, np.float32),
+        'dones': z(4, np.float32),
+        'timeouts': z(4, np.float32),
+    }
+    path = tmp_path / 'prior100.safetensors'
+    buffer_store.save(path, arrays, BufferMeta(100.0, OBS_SIZE, ACTION_SIZE, 4))
+    tr = Trainer(_settings(tmp_path, True, prior_data=str(path)), print)
+    with pytest.raises(LearnerConfigError, match='prior_data refused.*100'):
+        tr.load_prior_data()
+
+
+def test_the_smoothness_term_makes_consecutive_actions_closer(tmp_path: Path) -> None:
+    import torch
+
+    def chatter(smoothness: float) -> float:
+        tr = Trainer(_settings(tmp_path, True, smoothness=smoothness), print)
+        _fill(tr, 64)
+        for _ in range(8):
+            _fill(tr, 8)
+            tr.train_due()
+        rb = tr.model.replay_buffer
+        obs = torch.as_tensor(rb.observations[:64, 0])
+        nxt = torch.as_tensor(rb.next_observations[:64, 0])
+        with torch.no_grad():
+            a = torch.tanh(tr.model.actor.get_action_dist_params(obs)[0])
+            b = torch.tanh(tr.model.actor.get_action_dist_params(nxt)[0])
+        return float((a - b).abs().mean())
+
+    assert chatter(100.0) < 0.5 * chatter(0.0)

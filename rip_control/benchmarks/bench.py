@@ -722,10 +722,15 @@ def main(argv: list[str] | None = None) -> int:
     th.add_argument('--batch', type=int, default=256)
     th.add_argument('--seconds', type=float, default=15.0)
     th.add_argument('--json', default='')
+    from rip_control.benchmarks import matrix as bench_matrix
     from rip_control.benchmarks import v5 as bench_v5
 
     v5 = sub.add_parser('v5', help='V5: sim-only vs async vs sync fine-tune on a shifted rig')
     bench_v5.add_arguments(v5)
+    mx = sub.add_parser('matrix', help='the shipped fine-tune over seeds and rigs, with its goals')
+    bench_matrix.add_arguments(mx)
+    mt = sub.add_parser('matrix-table', help='markdown table of matrix result files')
+    mt.add_argument('files', nargs='+')
     bg = sub.add_parser('bag-roundtrip', help='write and import a rosbag2 bag of transitions')
     bg.add_argument('--transitions', type=int, default=30_000)
     bg.add_argument('--rate', type=float, default=50.0)
@@ -741,6 +746,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.bench == 'v5-table':
         print(bench_v5.v5_table([json.loads(Path(f).read_text()) for f in a.files]))
         return 0
+    if a.bench == 'matrix-table':
+        print(bench_matrix.matrix_table([json.loads(Path(f).read_text()) for f in a.files]))
+        return 0
     ensure_loopback_dds()
     runners = {
         'timing': bench_timing,
@@ -748,6 +756,7 @@ def main(argv: list[str] | None = None) -> int:
         'e2e': bench_e2e,
         'learner-throughput': bench_learner_throughput,
         'v5': bench_v5.bench_v5,
+        'matrix': bench_matrix.bench_matrix,
         'bag-roundtrip': bench_bag_roundtrip,
     }
     _write_json(a.json, runners[a.bench](a))

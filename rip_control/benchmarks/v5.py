@@ -10,6 +10,17 @@ stretches), deployed at the configured rate. Each is evaluated by :mod:`rip_cont
 (deterministic, no learning) on the same rig, and the plots a user wants are written next to
 the JSON: balance-window histogram per policy, the fine-tunes' tick-interval histograms, and
 the learning curve across pre-training and fine-tuning.
+
+The two fine-tunes are controlled: the same networks, hyperparameters, safeguards, initial
+networks, warm-up (``learning_starts`` transitions acting with the initial policy) and number
+of transitions, all read from one parameter file (``config/finetune.yaml`` with the options
+here over it); the only difference is SB3's ``learn()`` in one thread against the two nodes.
+The regression guard is off in both (``--guard N`` turns it on for (b), which then deploys its
+``policy_best``), so both deploy their last policy.
+
+``... bench matrix`` runs the fine-tune as shipped (guard on) over seeds and rigs and checks
+the goals: deployment balance against the simulation-only policy, no collapse of training
+returns, and chatter.
 """
 
 from __future__ import annotations
@@ -48,7 +59,55 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         action='store_true',
         help='take (b) from an earlier run in --runs-dir instead of fine-tuning again',
     )
+    ap.add_argument('--seed', type=int, default=0, help='SAC and exploration seed of both arms')
+    ap.add_argument('--hidden', default='', help='network widths of both arms, e.g. 256,256')
+    ap.add_argument(
+        '--params-file', default='', help='base parameters (default: config/finetune.yaml)'
+    )
+    ap.add_argument(
+        '--set',
+        action='append',
+        default=[],
+        metavar='NODE.NAME=VALUE',
+        help='override a parameter of both arms, e.g. rip_learner.smoothness=0.1 (repeatable)',
+    )
+    ap.add_argument(
+        '--guard',
+        type=int,
+        default=0,
+        help="(b)'s eval_every_episodes (0: off, as (c) has none); on, (b) deploys policy_best",
+    )
+    ap.add_argument('--skip-sync', action='store_true', help='no (c): the async arm only')
     ap.add_argument('--json', default='')
+
+
+def arm_parameters(a: argparse.Namespace, runs: Path) -> tuple[Path, dict[str, Any]]:
+    """The parameter file both arms run with, written into ``runs``; and its learner section."""
+    import yaml
+
+    from rip_control.run.launching import default_params_file
+
+    base = Path(a.params_file) if a.params_file else default_params_file()
+    doc = yaml.safe_load(base.read_text())
+    control = doc['rip_control']['ros__parameters']
+    learner = doc['rip_learner']['ros__parameters']
+    control['seed'] = learner['seed'] = a.seed
+    if a.guard is not None:  # None: as the file says
+        control['eval_every_episodes'] = a.guard
+    if a.hidden:
+        control['hidden_sizes'] = learner['hidden_sizes'] = [int(h) for h in a.hidden.split(',')]
+    for item in a.set:
+        key, eq, value = item.partition('=')
+        node, _, name = key.partition('.')
+        if node not in doc or not name or not eq:
+            raise ValueError(
+                f'--set {item}: expected rip_control.NAME=VALUE or rip_learner.NAME=VALUE'
+            )
+        doc[node]['ros__parameters'][name] = yaml.safe_load(value)
+    runs.mkdir(parents=True, exist_ok=True)
+    path = runs / 'params.yaml'
+    path.write_text(yaml.safe_dump(doc))
+    return path, learner
 
 
 def _evaluate(a: argparse.Namespace, policy: str, runs: Path, name: str) -> dict[str, Any]:
@@ -83,6 +142,7 @@ def bench_v5(a: argparse.Namespace) -> dict[str, Any]:
             f'--policy {a.policy}: no such file (python -m rip_learner.pretrain makes one)'
         )
     policies = {'sim_only': a.policy}
+    params_file, lp = arm_parameters(a, runs)
 
     summary_path = runs / 'async_finetune' / 'summary.json'
     if a.reuse_async and summary_path.exists():
@@ -100,28 +160,36 @@ def bench_v5(a: argparse.Namespace) -> dict[str, Any]:
                 'gradient_steps': str(a.gradient_steps),
                 'run_name': 'async_finetune',
                 'runs_dir': str(runs),
+                'params_file': str(params_file),
             },
             stream_logs=False,
         )
     if ft['failure']:
         raise RuntimeError(f'asynchronous fine-tune failed: {ft["failure"]}')
-    policies['async_finetuned'] = str(runs / 'async_finetune' / 'policy_latest.safetensors')
+    deployed = 'policy_best' if a.guard else 'policy_latest'
+    policies['async_finetuned'] = str(runs / 'async_finetune' / f'{deployed}.safetensors')
     with np.load(runs / 'async_finetune' / 'ticks.npz', allow_pickle=False) as z:
         async_dt = z['dt_s'][1:].copy()
 
-    print(f'-- (c) synchronous fine-tune (SB3 learn(), self-paced env) on {a.rig}', flush=True)
-    with EmulatorProcess(runs / 'sync_rig', ['--params', a.rig]) as emu:
-        sync = sync_finetune(
-            str(emu.link),
-            runs / 'sync_finetune',
-            a.rate,
-            a.episodes,
-            a.gradient_steps,
-            policy=a.policy,
-            episode_seconds=a.episode_seconds,
-        )
-    policies['sync_finetuned'] = sync.policy
-    sync_dt = np.asarray(sync.dt_s)
+    sync = None
+    sync_dt = np.zeros(0)
+    if not a.skip_sync:
+        print(f'-- (c) synchronous fine-tune (SB3 learn(), self-paced env) on {a.rig}', flush=True)
+        with EmulatorProcess(runs / 'sync_rig', ['--params', a.rig]) as emu:
+            sync = sync_finetune(
+                str(emu.link),
+                runs / 'sync_finetune',
+                a.rate,
+                a.episodes,
+                a.gradient_steps,
+                policy=a.policy,
+                cfg=sac_config(lp),
+                episode_seconds=a.episode_seconds,
+                learning_starts=int(lp['learning_starts']),
+                **safeguards(lp, a.policy, a.rate),
+            )
+        policies['sync_finetuned'] = sync.policy
+        sync_dt = np.asarray(sync.dt_s)
 
     evals = {name: _evaluate(a, path, runs, name) for name, path in policies.items()}
     period = 1.0 / a.rate
@@ -132,6 +200,9 @@ def bench_v5(a: argparse.Namespace) -> dict[str, Any]:
         'finetune_episodes': a.episodes,
         'episode_seconds': a.episode_seconds,
         'gradient_steps': a.gradient_steps,
+        'seed': a.seed,
+        'guard_eval_every_episodes': a.guard,
+        'learner_parameters': lp,
         'eval_episodes': a.eval_episodes,
         'eval_seconds': a.eval_seconds,
         'policies': policies,
@@ -143,22 +214,66 @@ def bench_v5(a: argparse.Namespace) -> dict[str, Any]:
             'async': {
                 'ticks': ft.get('ticks'),
                 'episode_returns': ft.get('episode_returns'),
+                'evaluations': ft.get('evaluations'),
                 'learner': ft.get('learner'),
-            },
-            'sync': {
-                'ticks': tick_stats(sync_dt, np.maximum(sync_dt - period, 0.0), a.rate),
-                'episode_returns': sync.episode_returns,
-                'deadman_trips': sync.deadman_trips,
-                'serial_timeouts': sync.serial_timeouts,
-                'wall_s': sync.wall_s,
             },
         },
     }
+    if sync is not None:
+        doc['finetune']['sync'] = {
+            'ticks': tick_stats(sync_dt, np.maximum(sync_dt - period, 0.0), a.rate),
+            'episode_returns': sync.episode_returns,
+            'deadman_trips': sync.deadman_trips,
+            'serial_timeouts': sync.serial_timeouts,
+            'wall_s': sync.wall_s,
+            'updates': sync.updates,
+        }
     plots = Path(a.plots) if a.plots else (Path(a.json).parent if a.json else runs)
     stem = f'v5_{Path(a.rig).stem}'
     _plot(doc, evals, async_dt, sync_dt, a, plots, stem)
     _print_table(doc)
     return doc
+
+
+def sac_config(lp: dict[str, Any]) -> Any:
+    """The learner's SAC hyperparameters from its parameter section (for the sync arm)."""
+    from rip_learner.sac import SacConfig
+
+    return SacConfig(
+        hidden_sizes=tuple(int(h) for h in lp['hidden_sizes']),
+        batch_size=int(lp['batch_size']),
+        learning_rate=float(lp['learning_rate']),
+        gamma=float(lp['gamma']),
+        buffer_size=int(lp['buffer_size']),
+        torch_threads=int(lp['torch_threads']),
+        seed=int(lp.get('seed', 0)),
+        device=str(lp.get('device', 'auto')),
+    )
+
+
+def safeguards(lp: dict[str, Any], policy: str, rate_hz: float) -> dict[str, Any]:
+    """The learner's update and safeguards from its parameter section, for the sync arm."""
+    from rip_learner import buffer_store
+    from rip_learner.sac import PRIOR_DATA_FILE
+
+    prior = None
+    path = str(lp.get('prior_data') or '')
+    if path == 'auto':
+        near = Path(policy).with_name(PRIOR_DATA_FILE)
+        path = str(near) if near.exists() else ''
+    if path:
+        from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+
+        prior, _ = buffer_store.load(
+            path, rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+        )
+    return {
+        'fast_updates': bool(lp.get('fast_updates')),
+        'critic_warmup_updates': int(lp.get('critic_warmup_updates', 0)),
+        'prior': prior,
+        'prior_ratio': float(lp.get('prior_ratio', 0.0)),
+        'smoothness': float(lp.get('smoothness', 0.0)),
+    }
 
 
 def _print_table(doc: dict[str, Any]) -> None:
@@ -185,7 +300,7 @@ def v5_table(docs: list[dict[str, Any]]) -> str:
             rate = ''
             if name == 'async_finetuned':
                 rate = f'{doc["finetune"]["async"]["ticks"]["measured_rate_hz"]:.2f} Hz'
-            elif name == 'sync_finetuned':
+            elif name == 'sync_finetuned' and 'sync' in doc['finetune']:
                 t = doc['finetune']['sync']
                 rate = (
                     f'{t["ticks"]["measured_rate_hz"]:.2f} Hz, {t["deadman_trips"]} deadman trips'
@@ -261,7 +376,7 @@ def _plot(
     per_ep = int(round(a.episode_seconds * a.rate))
     for label, rets in (
         ('async fine-tune (rig)', doc['finetune']['async']['episode_returns'] or []),
-        ('sync fine-tune (rig)', doc['finetune']['sync']['episode_returns']),
+        ('sync fine-tune (rig)', doc['finetune'].get('sync', {}).get('episode_returns', [])),
     ):
         xs = [last + per_ep * (i + 1) for i in range(len(rets))]
         ax.plot(xs, rets, 'o-', ms=3, label=label)

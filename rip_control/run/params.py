@@ -323,8 +323,31 @@ LEARNER_PARAMETERS = (
         False,
         "SAC updates by rip_learner.fast_sac (SB3's train() mathematics with batched sampling, "
         'fused Adam and one Polyak kernel; same checkpoints): 1.2-1.4x updates/s measured on '
-        '[64, 64], off until the learning results are re-measured with it',
+        '[64, 64]; the safeguards below need it',
     ),
+    Param(
+        'critic_warmup_updates',
+        0,
+        'safeguard: the first this many updates train the critics only (the actor waits for a '
+        'critic fitted to the rig)',
+        0,
+        10**9,
+    ),
+    Param(
+        'prior_data',
+        '',
+        "safeguard: replay buffer file (same rate) mixed into every batch; 'auto': the "
+        "prior_data.safetensors beside the policy, else the shipped policy's; empty: none",
+    ),
+    Param('prior_ratio', 0.5, 'safeguard: share of each batch drawn from prior_data', 0.0, 0.99),
+    Param(
+        'smoothness',
+        0.0,
+        "safeguard: weight of the action-smoothness term |a(s) - a(s')|^2 in the actor loss",
+        0.0,
+        1000.0,
+    ),
+    Param('device', 'auto', "torch device: 'auto' (CUDA when present), 'cpu' or 'cuda'"),
     Param('dt_tolerance_ms', 5.0, 'largest |dt - 1/rate_hz| a transition may have', 0.01, 1e4),
     Param('resume_buffer', '', 'replay buffer file to continue from'),
     Param('resume_bag', '', 'rosbag2 directories of transitions to import (comma-separated)'),

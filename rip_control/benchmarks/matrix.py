@@ -1,0 +1,191 @@
+"""The fine-tune as shipped, over seeds and rigs, against the goals it is held to.
+
+``python -m rip_control.bench matrix --rigs config/rig_shifted_worn.yaml ... --seeds 0 1 2``
+
+For each rig the simulation-only policy is deployed once (deterministic evaluation episodes);
+for each seed the fine-tune runs with ``config/finetune.yaml`` as shipped (regression guard
+on) and its ``policy_best`` is deployed on the same rig. Each (rig, seed) is checked against:
+
+* **balance**: the fine-tuned policy's mean longest balance is at least the simulation-only
+  one's minus 0.2 s (and, on a rig named in ``--min-balance``, at least that long);
+* **no collapse**: no training episode in the second half of the run returns less than 80 %
+  of the first episode's return;
+* **chatter**: total variation of the action per second at most 1.2 x the simulation-only
+  policy's.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from rip_control.benchmarks.v5 import DEFAULT_POLICY, arm_parameters
+
+BALANCE_SLACK_S = 0.2
+COLLAPSE_SHARE = 0.8
+CHATTER_RATIO = 1.2
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The ``matrix`` subcommand's options."""
+    ap.add_argument('--rigs', nargs='+', required=True, help='rig physics YAML files')
+    ap.add_argument('--seeds', nargs='+', type=int, default=[0, 1, 2])
+    ap.add_argument('--policy', default=str(DEFAULT_POLICY), help='simulation-only policy')
+    ap.add_argument('--rate', type=float, default=50.0)
+    ap.add_argument('--episodes', type=int, default=10, help='fine-tune training episodes')
+    ap.add_argument('--episode-seconds', type=float, default=6.0)
+    ap.add_argument('--eval-episodes', type=int, default=5)
+    ap.add_argument('--eval-seconds', type=float, default=10.0)
+    ap.add_argument(
+        '--min-balance',
+        action='append',
+        default=[],
+        metavar='RIG_STEM=SECONDS',
+        help='a floor for one rig, e.g. rig_shifted_worn=8',
+    )
+    ap.add_argument('--params-file', default='')
+    ap.add_argument('--set', action='append', default=[], metavar='NODE.NAME=VALUE')
+    ap.add_argument('--runs-dir', default='')
+    ap.add_argument('--json', default='')
+
+
+def _evaluate(a: argparse.Namespace, rig: str, policy: str, runs: Path, name: str) -> Any:
+    from rip_control.run.evaluate import evaluate
+
+    print(f'-- evaluating {name}: {policy} on {rig}', flush=True)
+    report = evaluate(
+        {
+            'policy': policy,
+            'rig_params': rig,
+            'rate': str(a.rate),
+            'episodes': str(a.eval_episodes),
+            'episode_seconds': str(a.eval_seconds),
+            'run_name': name,
+            'runs_dir': str(runs),
+        },
+        stream_logs=False,
+    )
+    if report['failure']:
+        raise RuntimeError(f'evaluation {name} failed: {report["failure"]}')
+    return report['summary']
+
+
+def check(
+    sim: dict[str, Any], tuned: dict[str, Any], returns: list[float], floor: float | None
+) -> dict[str, Any]:
+    """The goals of one (rig, seed): each a bool, with the figures it was decided on."""
+    bal_sim = sim['longest_balance_s']['mean']
+    bal = tuned['longest_balance_s']['mean']
+    tv_sim = sim['action_tv_per_s']['mean']
+    tv = tuned['action_tv_per_s']['mean']
+    second_half = returns[len(returns) // 2 :]
+    worst = min(second_half) if second_half else float('nan')
+    first = returns[0] if returns else float('nan')
+    return {
+        'balance_gain_s': bal - bal_sim,
+        'balance_ok': bal >= bal_sim - BALANCE_SLACK_S and (floor is None or bal >= floor),
+        'worst_second_half_return_share': worst / first if first else float('nan'),
+        'no_collapse': bool(returns) and worst >= COLLAPSE_SHARE * first,
+        'chatter_ratio': tv / tv_sim if tv_sim else float('inf'),
+        'chatter_ok': tv <= CHATTER_RATIO * tv_sim,
+    }
+
+
+def bench_matrix(a: argparse.Namespace) -> dict[str, Any]:
+    """Run every (rig, seed); the JSON document."""
+    from rip_control.run import finetune
+
+    runs = Path(a.runs_dir) if a.runs_dir else Path(tempfile.mkdtemp(prefix='rip_matrix_'))
+    floors = {k: float(v) for k, _, v in (x.partition('=') for x in a.min_balance)}
+    doc: dict[str, Any] = {
+        'benchmark': 'matrix',
+        'policy': a.policy,
+        'rate_hz': a.rate,
+        'finetune_episodes': a.episodes,
+        'episode_seconds': a.episode_seconds,
+        'eval_episodes': a.eval_episodes,
+        'eval_seconds': a.eval_seconds,
+        'seeds': a.seeds,
+        'goals': {
+            'balance_slack_s': BALANCE_SLACK_S,
+            'collapse_share': COLLAPSE_SHARE,
+            'chatter_ratio': CHATTER_RATIO,
+            'min_balance_s': floors,
+        },
+        'rigs': {},
+    }
+    for rig in a.rigs:
+        stem = Path(rig).stem
+        sim = _evaluate(a, rig, a.policy, runs / stem, 'sim_only')
+        cells = []
+        for seed in a.seeds:
+            ns = argparse.Namespace(**{**vars(a), 'seed': seed, 'guard': None, 'hidden': ''})
+            params_file, lp = arm_parameters(ns, runs / stem / f'seed{seed}')
+            print(f'-- fine-tune on {stem}, seed {seed}', flush=True)
+            ft = finetune.run(
+                {
+                    'policy': a.policy,
+                    'rig_params': rig,
+                    'rate': str(a.rate),
+                    'episodes': str(a.episodes),
+                    'episode_seconds': str(a.episode_seconds),
+                    'run_name': 'finetune',
+                    'runs_dir': str(runs / stem / f'seed{seed}'),
+                    'params_file': str(params_file),
+                },
+                stream_logs=False,
+            )
+            if ft['failure']:
+                raise RuntimeError(f'fine-tune on {stem} seed {seed} failed: {ft["failure"]}')
+            run_dir = runs / stem / f'seed{seed}' / 'finetune'
+            best = run_dir / 'policy_best.safetensors'
+            deployed = best if best.exists() else run_dir / 'policy_latest.safetensors'
+            tuned = _evaluate(a, rig, str(deployed), runs / stem / f'seed{seed}', 'deployed')
+            returns = list(ft.get('episode_returns') or [])
+            cells.append(
+                {
+                    'seed': seed,
+                    'deployed': deployed.name,
+                    'deployment': tuned,
+                    'episode_returns': returns,
+                    'evaluations': ft.get('evaluations'),
+                    'live_policy_version': ft.get('live_policy_version'),
+                    'best_policy_version': ft.get('best_policy_version'),
+                    'measured_rate_hz': (ft.get('ticks') or {}).get('measured_rate_hz'),
+                    'learner_updates': (ft.get('learner') or {}).get('gradient_steps_done'),
+                    'goals': check(sim, tuned, returns, floors.get(stem)),
+                }
+            )
+            print(f'   {stem} seed {seed}: {cells[-1]["goals"]}', flush=True)
+        doc['rigs'][stem] = {'rig': rig, 'sim_only': sim, 'runs': cells, 'learner': lp}
+    print('\n' + matrix_table([doc]))
+    return doc
+
+
+def matrix_table(docs: list[dict[str, Any]]) -> str:
+    """Markdown: per rig, the simulation-only policy and the fine-tune over seeds."""
+    rows = [
+        '| rig | sim-only balance | fine-tuned balance, mean (min) over seeds | per seed | '
+        'worst 2nd-half return / 1st | chatter ratio, max | goals met |',
+        '|---|---|---|---|---|---|---|',
+    ]
+    for doc in docs:
+        for stem, r in doc['rigs'].items():
+            sim = r['sim_only']['longest_balance_s']['mean']
+            bals = [c['deployment']['longest_balance_s']['mean'] for c in r['runs']]
+            shares = [c['goals']['worst_second_half_return_share'] for c in r['runs']]
+            chat = [c['goals']['chatter_ratio'] for c in r['runs']]
+            met = sum(
+                c['goals']['balance_ok'] and c['goals']['no_collapse'] and c['goals']['chatter_ok']
+                for c in r['runs']
+            )
+            rows.append(
+                f'| {stem} | {sim:.2f} s | {np.mean(bals):.2f} s ({min(bals):.2f} s) | '
+                + ', '.join(f'{b:.2f}' for b in bals)
+                + f' | {min(shares):.2f} | {max(chat):.2f} | {met}/{len(r["runs"])} |'
+            )
+    return '\n'.join(rows)

@@ -209,6 +209,8 @@ class LearnerNode(Node):
             'train_calls': tr.train_calls,
             'train_seconds': round(tr.train_s, 3),
             'train_diverged': tr.diverged,
+            'prior_data_transitions': tr.prior_count,
+            'critic_only_updates': min(tr.updates, self.settings.critic_warmup_updates),
             'updates_per_transition': (
                 tr.updates / tr.added_after_start if tr.added_after_start else 0.0
             ),

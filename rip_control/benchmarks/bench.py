@@ -729,6 +729,8 @@ def main(argv: list[str] | None = None) -> int:
     bench_v5.add_arguments(v5)
     mx = sub.add_parser('matrix', help='the shipped fine-tune over seeds and rigs, with its goals')
     bench_matrix.add_arguments(mx)
+    st = sub.add_parser('safeguards-table', help='markdown table of safeguard runs (v5 --label)')
+    st.add_argument('files', nargs='+')
     mt = sub.add_parser('matrix-table', help='markdown table of matrix result files')
     mt.add_argument('files', nargs='+')
     bg = sub.add_parser('bag-roundtrip', help='write and import a rosbag2 bag of transitions')
@@ -745,6 +747,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.bench == 'v5-table':
         print(bench_v5.v5_table([json.loads(Path(f).read_text()) for f in a.files]))
+        return 0
+    if a.bench == 'safeguards-table':
+        docs = [json.loads(Path(f).read_text()) for f in a.files]
+        print(bench_v5.safeguards_table(docs))
         return 0
     if a.bench == 'matrix-table':
         print(bench_matrix.matrix_table([json.loads(Path(f).read_text()) for f in a.files]))

@@ -78,6 +78,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         help="(b)'s eval_every_episodes (0: off, as (c) has none); on, (b) deploys policy_best",
     )
     ap.add_argument('--skip-sync', action='store_true', help='no (c): the async arm only')
+    ap.add_argument('--label', default='', help='a name for this configuration (tables)')
     ap.add_argument('--json', default='')
 
 
@@ -103,7 +104,7 @@ def arm_parameters(a: argparse.Namespace, runs: Path) -> tuple[Path, dict[str, A
             raise ValueError(
                 f'--set {item}: expected rip_control.NAME=VALUE or rip_learner.NAME=VALUE'
             )
-        doc[node]['ros__parameters'][name] = yaml.safe_load(value)
+        doc[node]['ros__parameters'][name] = yaml.safe_load(value) if value else ''
     runs.mkdir(parents=True, exist_ok=True)
     path = runs / 'params.yaml'
     path.write_text(yaml.safe_dump(doc))
@@ -195,6 +196,8 @@ def bench_v5(a: argparse.Namespace) -> dict[str, Any]:
     period = 1.0 / a.rate
     doc: dict[str, Any] = {
         'benchmark': 'v5',
+        'label': a.label,
+        'overrides': a.set,
         'rig': a.rig,
         'rate_hz': a.rate,
         'finetune_episodes': a.episodes,
@@ -311,6 +314,28 @@ def v5_table(docs: list[dict[str, Any]]) -> str:
                 f'{s["action_tv_per_s"]["mean"]:.2f} | {s["sign_changes_per_s"]["mean"]:.1f} | '
                 f'{rate} |'
             )
+    return '\n'.join(rows)
+
+
+def safeguards_table(docs: list[dict[str, Any]]) -> str:
+    """Markdown: one row per (rig, configuration) of ``bench v5 --skip-sync --label`` runs."""
+    rows = [
+        '| rig | configuration | deployed balance, mean (min-max) | chatter TV/s | '
+        'training returns: first, worst of 2nd half, last | updates |',
+        '|---|---|---|---|---|---|',
+    ]
+    for doc in docs:
+        d = doc['deployment']['async_finetuned']['summary']
+        bal = d['longest_balance_s']
+        rets = doc['finetune']['async']['episode_returns'] or [float('nan')]
+        second = rets[len(rets) // 2 :]
+        learner = doc['finetune']['async'].get('learner') or {}
+        rows.append(
+            f'| {Path(doc["rig"]).stem} | {doc.get("label") or "?"} | {bal["mean"]:.2f} s '
+            f'({bal["min"]:.2f}-{bal["max"]:.2f}) | {d["action_tv_per_s"]["mean"]:.1f} | '
+            f'{rets[0]:.0f}, {min(second):.0f}, {rets[-1]:.0f} | '
+            f'{learner.get("gradient_steps_done", "?")} |'
+        )
     return '\n'.join(rows)
 
 

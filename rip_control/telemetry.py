@@ -69,7 +69,12 @@ class TimingCsv:
             with self.path.open(newline='') as f:
                 header = next(csv.reader(f), [])
             if header != columns:  # written by an older version: kept, a new file started
-                kept = self.path.with_name(f'{self.path.stem}.{int(time.time())}.csv')
+                stamp = time.strftime('%Y%m%d-%H%M%S')
+                kept = self.path.with_name(f'{self.path.stem}.{stamp}.csv')
+                n = 1
+                while kept.exists():
+                    kept = self.path.with_name(f'{self.path.stem}.{stamp}-{n}.csv')
+                    n += 1
                 self.path.rename(kept)
                 new = True
         self._file = self.path.open('a', newline='')

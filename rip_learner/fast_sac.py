@@ -108,6 +108,7 @@ class FastSacUpdate:
         rb = self.model.replay_buffer
         upper = rb.buffer_size if rb.full else rb.pos
         n_prior = round(batch_size * self.prior_ratio) if self.prior is not None else 0
+        n_prior = min(n_prior, batch_size - 1)  # at least one of the rig's own
         n_own = batch_size - n_prior
         inds = np.empty((n, n_own), dtype=np.int64)
         for i in range(n):  # SB3's draws, in SB3's order: batch indices, then env indices

@@ -78,7 +78,7 @@ class LearnerNode(Node):
         self.accepted = 0
         self.rejected: Counter[str] = Counter()
         self.failed: BaseException | None = None  # set if the training thread died
-        self._updates_at_publish = 0
+        self._actor_updates_at_publish = 0
         self._publish_t = 0.0
         self._diag_prev = (time.monotonic(), 0)
         self.trainer.resume()
@@ -151,7 +151,9 @@ class LearnerNode(Node):
                     self._wake.wait(0.05)
                     self._wake.clear()
                 now = time.monotonic()
-                trained = tr.updates - self._updates_at_publish
+                # Only an actor that moved is published: critic-only updates and undone
+                # divergences would resend the same weights as a new version.
+                trained = tr.actor_updates - self._actor_updates_at_publish
                 if trained >= s.publish_every_steps or (
                     trained > 0 and now - self._publish_t >= s.publish_every_s
                 ):
@@ -178,7 +180,7 @@ class LearnerNode(Node):
         msg = UInt8MultiArray()
         msg.data = tr.actor_bytes()
         self._weights_pub.publish(msg)
-        self._updates_at_publish = tr.updates
+        self._actor_updates_at_publish = tr.actor_updates
         self._publish_t = time.monotonic()
 
     def shutdown(self) -> None:

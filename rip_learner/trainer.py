@@ -74,6 +74,7 @@ class Trainer:
         self.bag_imported = 0
         self.bag_rejected: Counter[str] = Counter()
         self.updates = 0
+        self.actor_updates = 0  # ... of them, kept updates that moved the actor (publish on these)
         self.diverged = 0  # train() calls that made a network non-finite (undone)
         self._good: dict[str, Any] | None = None  # the last finite networks and optimizers
         self.train_calls = 0
@@ -256,6 +257,7 @@ class Trainer:
                 finite, why = False, str(exc).splitlines()[0]
             if finite:
                 self._good = self._snapshot()
+                self.actor_updates += n if update_actor else 0
             else:
                 self._restore(self._good)
                 self.diverged += 1

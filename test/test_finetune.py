@@ -27,7 +27,11 @@ REPO = Path(__file__).resolve().parent.parent
 def _params_file(tmp_path, control=None, learner=None):
     doc = yaml.safe_load((REPO / 'config' / 'finetune.yaml').read_text())
     doc['rip_learner']['ros__parameters'].update(
-        learning_starts=32, batch_size=32, publish_every_steps=20, publish_every_s=0.5
+        learning_starts=32,
+        batch_size=32,
+        publish_every_steps=20,
+        publish_every_s=0.5,
+        critic_warmup_updates=40,  # short runs: the actor moves within the first episode
     )
     doc['rip_learner']['ros__parameters'].update(learner or {})
     doc['rip_control']['ros__parameters'].update(control or {})
@@ -72,6 +76,10 @@ def test_v4_short_finetune_holds_rate_learns_and_resumes(tmp_path):
     # The learner made newer policies; the guard evaluated the initial one first.
     assert int(s['learner']['policy_version_published']) > versions[0]
     assert s['evaluations'][0]['verdict'] == 'baseline'
+    # ... and then judged a newer one, which went live or not (the guard's call).
+    later = s['evaluations'][1:]
+    assert later and later[0]['policy_version'] > versions[0]
+    assert later[0]['verdict'] in ('promoted', 'rejected')
     run = tmp_path / 'runs' / 'v4'
     for name in (
         'timing.csv',
@@ -122,8 +130,6 @@ def test_a_harmful_update_never_drives_the_rig(tmp_path):
     rows = (run / 'timing.csv').read_text().splitlines()
     assert rows[0].split(',')[-3:] == ['kind', 'verdict', 'live_version']
     assert sum(',eval,' in r for r in rows) == len(evals)
-    # The learner survived what this learning rate does to the networks (it may diverge).
-    assert 'train_diverged' in s['learner']
 
 
 def test_finetune_refuses_bad_arguments_clearly(tmp_path):

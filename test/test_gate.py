@@ -88,3 +88,25 @@ def test_a_non_finite_return_is_a_rejection() -> None:
 def test_bad_settings_are_refused_by_name(every: int, margin: float) -> None:
     with pytest.raises(ValueError, match='eval_every_episodes|eval_margin'):
         PolicyGate(every, margin)
+
+
+def test_an_actor_arriving_before_the_first_episode_is_a_candidate_not_the_baseline() -> None:
+    gate: PolicyGate[_Actor] = PolicyGate(every=1)
+    gate.start(_Actor(1))  # what the process started with
+    # A re-configured node gets the learner's newest at once: it must not skip the bar.
+    assert gate.next_episode(_Actor(9)) == (True, _Actor(1))
+    assert gate.judge(100.0).kind == 'baseline'
+    gate.finish_training()
+    assert gate.next_episode(_Actor(9)) == (True, _Actor(9))
+    assert gate.judge(10.0).kind == 'rejected'
+    assert gate.live_version == 1
+
+
+def test_after_a_non_finite_baseline_any_finite_candidate_passes() -> None:
+    gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.0)
+    gate.start(_Actor(0))
+    gate.next_episode(_Actor(0))
+    gate.judge(math.inf * -1)
+    gate.finish_training()
+    gate.next_episode(_Actor(1))
+    assert gate.judge(-5.0).kind == 'promoted'

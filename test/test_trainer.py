@@ -67,12 +67,18 @@ def test_a_diverging_update_is_undone_and_never_published(tmp_path: Path, fast: 
     assert tr.train_due() == 8 and tr.diverged == 0
     good = actor_tensors(tr.model)
     state = {k: v.clone() for k, v in tr.model.policy.state_dict().items()}
+    adam = [s['exp_avg'].clone() for s in tr.model.critic.optimizer.state.values()]
+    moved = tr.actor_updates
     tr.model.replay_buffer.rewards[:64] = np.inf  # every target becomes non-finite
-    _fill(tr, 8)  # owed 8 more updates
-    assert tr.train_due() == 8
-    assert tr.diverged == 1 and 'training diverged' in lines[-1]
-    after = tr.model.policy.state_dict()
-    assert all(bool((after[k] == v).all()) for k, v in state.items())
+    for round_ in (1, 2):  # restored twice from the one snapshot: it must not alias
+        _fill(tr, 8)  # owed 8 more updates
+        assert tr.train_due() == 8
+        assert tr.diverged == round_ and 'training diverged' in lines[-1]
+        after = tr.model.policy.state_dict()
+        assert all(bool((after[k] == v).all()) for k, v in state.items())
+        now = [s['exp_avg'] for s in tr.model.critic.optimizer.state.values()]
+        assert all(bool((a == b).all()) for a, b in zip(now, adam, strict=True))
+    assert tr.actor_updates == moved  # nothing new to publish
     # What would be published is the last finite actor.
     assert all(np.array_equal(v, good[k]) for k, v in actor_tensors(tr.model).items())
 
@@ -81,8 +87,10 @@ def test_critic_warmup_leaves_the_actor_alone_then_trains_it(tmp_path: Path) -> 
     tr = Trainer(_settings(tmp_path, True, critic_warmup_updates=8), print)
     _fill(tr, 64)
     actor0 = actor_tensors(tr.model)
+    alpha0 = float(tr.model.log_ent_coef.detach())
     critic0 = [p.detach().clone() for p in tr.model.critic.parameters()]
     assert tr.train_due() == 8  # the warm-up, in one call of its own
+    assert float(tr.model.log_ent_coef.detach()) == alpha0 and tr.actor_updates == 0
     assert all(np.array_equal(v, actor0[k]) for k, v in actor_tensors(tr.model).items())
     moved = zip(tr.model.critic.parameters(), critic0, strict=True)
     assert any(not bool((p == q).all()) for p, q in moved)
@@ -101,8 +109,8 @@ def test_prior_data_fills_its_share_of_every_batch(tmp_path: Path) -> None:
         'next_observations': np.full((n, OBS_SIZE), 7.0, np.float32),
         'actions': np.zeros((n, ACTION_SIZE), np.float32),
         'rewards': np.full(n, 9.0, np.float32),
-        'dones': np.zeros(n, np.float32),
-        'timeouts': np.zeros(n, np.float32),
+        'dones': np.ones(n, np.float32),
+        'timeouts': np.ones(n, np.float32),  # truncated, not terminal: bootstraps
     }
     path = tmp_path / 'prior.safetensors'
     buffer_store.save(path, prior, BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, n))
@@ -112,10 +120,11 @@ def test_prior_data_fills_its_share_of_every_batch(tmp_path: Path) -> None:
     assert tr.prior_count == n and 'prior data: 100 transitions' in lines[-1]
     _fill(tr, 64)
     assert tr._fast is not None
-    obs, _, _, _, rew = tr._fast._batches(3, 16)
+    obs, _, _, done, rew = tr._fast._batches(3, 16)
     from_prior = (rew[..., 0] == 9.0).sum(dim=1).tolist()
     assert from_prior == [4, 4, 4]  # 25 % of 16, every batch
     assert bool((obs[:, 12:] == 7.0).all())
+    assert bool((done[:, 12:] == 0.0).all())  # a timeout is not a terminal state
 
 
 def test_prior_data_from_another_rate_is_refused_by_name(tmp_path: Path) -> None:
@@ -157,3 +166,17 @@ def test_the_smoothness_term_makes_consecutive_actions_closer(tmp_path: Path) ->
         return float((a - b).abs().mean())
 
     assert chatter(100.0) < 0.5 * chatter(0.0)
+
+
+def test_device_auto_takes_the_cpu_here_and_cuda_without_a_gpu_is_refused() -> None:
+    import torch
+
+    from rip_learner.sac import build_sac
+
+    model = build_sac(SacConfig(device='auto'))
+    assert model.device.type == ('cuda' if torch.cuda.is_available() else 'cpu')
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match='device:=cuda but torch sees no CUDA device'):
+            build_sac(SacConfig(device='cuda'))
+    with pytest.raises(ValueError, match="device must be one of auto, cpu, cuda, got 'gpu'"):
+        SacConfig(device='gpu')

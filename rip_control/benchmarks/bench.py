@@ -731,6 +731,8 @@ def main(argv: list[str] | None = None) -> int:
     bench_matrix.add_arguments(mx)
     st = sub.add_parser('safeguards-table', help='markdown table of safeguard runs (v5 --label)')
     st.add_argument('files', nargs='+')
+    dt = sub.add_parser('demo-table', help='markdown table of make demo summary.json files')
+    dt.add_argument('files', nargs='+')
     mt = sub.add_parser('matrix-table', help='markdown table of matrix result files')
     mt.add_argument('files', nargs='+')
     bg = sub.add_parser('bag-roundtrip', help='write and import a rosbag2 bag of transitions')
@@ -751,6 +753,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.bench == 'safeguards-table':
         docs = [json.loads(Path(f).read_text()) for f in a.files]
         print(bench_v5.safeguards_table(docs))
+        return 0
+    if a.bench == 'demo-table':
+        print(bench_matrix.demo_table([json.loads(Path(f).read_text()) for f in a.files]))
         return 0
     if a.bench == 'matrix-table':
         print(bench_matrix.matrix_table([json.loads(Path(f).read_text()) for f in a.files]))

@@ -89,7 +89,8 @@ def check(
         'balance_gain_s': bal - bal_sim,
         'balance_ok': bal >= bal_sim - BALANCE_SLACK_S and (floor is None or bal >= floor),
         'worst_second_half_return_share': worst / first if first else float('nan'),
-        'no_collapse': bool(returns) and worst >= COLLAPSE_SHARE * first,
+        # 80 % of the first return, measured from it (a negative first return too).
+        'no_collapse': bool(returns) and worst >= first - (1 - COLLAPSE_SHARE) * abs(first),
         'chatter_ratio': tv / tv_sim if tv_sim else float('inf'),
         'chatter_ok': tv <= CHATTER_RATIO * tv_sim,
     }
@@ -188,4 +189,33 @@ def matrix_table(docs: list[dict[str, Any]]) -> str:
                 + ', '.join(f'{b:.2f}' for b in bals)
                 + f' | {min(shares):.2f} | {max(chat):.2f} | {met}/{len(r["runs"])} |'
             )
+    return '\n'.join(rows)
+
+
+def demo_table(summaries: list[dict[str, Any]]) -> str:
+    """Markdown: one row per ``make demo`` run (its ``summary.json``), and the spread."""
+    rows = [
+        '| run | training returns, min-max | balance, min-max | evaluations (verdicts) | '
+        'live / best policy | tick rate | violations |',
+        '|---|---|---|---|---|---|---|',
+    ]
+    every: list[float] = []
+    for i, s in enumerate(summaries, 1):
+        rets, bal = s['episode_returns'], s['balance_s']
+        every += rets
+        verdicts: dict[str, int] = {}
+        for e in s.get('evaluations') or []:
+            verdicts[e['verdict']] = verdicts.get(e['verdict'], 0) + 1
+        ticks = s.get('ticks') or {}
+        rows.append(
+            f'| {i} | {min(rets):.0f}-{max(rets):.0f} | {min(bal):.2f}-{max(bal):.2f} s | '
+            + ', '.join(f'{k} {v}' for k, v in verdicts.items())
+            + f' | v{s.get("live_policy_version")} / v{s.get("best_policy_version")} | '
+            f'{ticks.get("measured_rate_hz", float("nan")):.4f} Hz | '
+            f'{ticks.get("n_violations", "?")} |'
+        )
+    rows.append(
+        f'| all | {min(every):.0f}-{max(every):.0f} ({len(every)} episodes, '
+        f'{sum(r < 200 for r in every)} below 200) | | | | | |'
+    )
     return '\n'.join(rows)

@@ -247,6 +247,7 @@ def sac_config(lp: dict[str, Any]) -> Any:
         batch_size=int(lp['batch_size']),
         learning_rate=float(lp['learning_rate']),
         gamma=float(lp['gamma']),
+        tau=float(lp['tau']),
         buffer_size=int(lp['buffer_size']),
         torch_threads=int(lp['torch_threads']),
         seed=int(lp.get('seed', 0)),
@@ -256,14 +257,19 @@ def sac_config(lp: dict[str, Any]) -> Any:
 
 def safeguards(lp: dict[str, Any], policy: str, rate_hz: float) -> dict[str, Any]:
     """The learner's update and safeguards from its parameter section, for the sync arm."""
+    from rip_control.run.launching import packaged_policy
     from rip_learner import buffer_store
     from rip_learner.sac import PRIOR_DATA_FILE
 
     prior = None
     path = str(lp.get('prior_data') or '')
-    if path == 'auto':
-        near = Path(policy).with_name(PRIOR_DATA_FILE)
-        path = str(near) if near.exists() else ''
+    if path == 'auto':  # as the learner resolves it (Trainer.prior_data_path)
+        found = [
+            Path(p).with_name(PRIOR_DATA_FILE)
+            for p in (policy, str(packaged_policy(rate_hz)))
+            if Path(p).with_name(PRIOR_DATA_FILE).exists()
+        ]
+        path = str(found[0]) if found else ''
     if path:
         from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 

@@ -73,6 +73,11 @@ class WeightsIntake:
             f'({ep.best_score:.2f})'
         )
         if ep.verdict != 'rejected' and ep.best_version == ep.policy_version:
+            best = run_dir / BEST_POLICY_FILE
+            if ep.verdict == 'baseline' and best.exists():
+                # The starting policy measured: an earlier best of this run folder stays
+                # until a candidate beats this baseline.
+                return line + f'; {best} kept'
             data = self._recent.get(ep.policy_version)
             if data is None:
                 return line + f'; v{ep.policy_version} is no longer held, {BEST_POLICY_FILE} kept'

@@ -78,6 +78,15 @@ class PolicyGate(Generic[A]):
         self._judged = -1  # newest version evaluated (a rejected one is not evaluated again)
         self._candidate: A | None = None
 
+    def start(self, actor: A) -> None:
+        """The actor the process started with: live, and what the baseline measures.
+
+        Whatever arrives from the learner later is a candidate, even if it arrives before the
+        first episode (a re-configured node gets the learner's newest at once).
+        """
+        if self.live is None:
+            self.live = actor
+
     @property
     def enabled(self) -> bool:
         """Whether the guard is on."""
@@ -90,6 +99,8 @@ class PolicyGate(Generic[A]):
 
     def bar(self) -> float:
         """The evaluation return a candidate must reach (NaN before the baseline)."""
+        if not math.isfinite(self.best_score):
+            return self.best_score  # -inf after a non-finite baseline: any finite return
         return self.best_score - self.margin * abs(self.best_score)
 
     def next_episode(self, latest: A) -> tuple[bool, A]:
@@ -103,7 +114,7 @@ class PolicyGate(Generic[A]):
             self.live = latest  # the initial actor
         if math.isnan(self.best_score):
             self._candidate = self.live
-            return True, self.live
+            return True, self.live  # the baseline: the initial actor measured
         newer = latest.version > max(self.live.version, self._judged)
         if newer and self._since_eval >= self.every:
             self._candidate = latest
@@ -127,7 +138,7 @@ class PolicyGate(Generic[A]):
             kind, bar = 'baseline', math.nan
         else:
             bar = self.bar()
-            kind = 'promoted' if score >= bar else 'rejected'
+            kind = 'promoted' if math.isfinite(score) and score >= bar else 'rejected'
         new_best = kind != 'rejected' and (math.isnan(self.best_score) or score > self.best_score)
         if kind == 'promoted':
             self.live = cand

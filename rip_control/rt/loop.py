@@ -93,7 +93,8 @@ class LoopConfig:
     :param hung_timeout_s: silence after which the hung-loop watchdog disengages.
     :param max_serial_errors: consecutive failed ticks before giving up.
     :param stochastic_actions: sample from the policy (exploration) instead of its mean.
-    :param episodes: stop after this many episodes (0: until stopped).
+    :param episodes: stop after this many training episodes (0: until stopped); the
+        regression guard's evaluation episodes are not counted.
     :param spin_s: busy-wait window of the pacer.
     :param seed: seed of the exploration noise.
     :param fault_tick_delay_s: FAULT INJECTION for tests, never on a rig: stretch every tick's

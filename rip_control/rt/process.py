@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, handlers=[_EventLog(rt)], force=True)
     rt.write_status()
     try:
-        rt.swap_weights()
+        rt.gate.start(rt.swap_weights())
     except (AssertionError, ValueError) as exc:
         rt.event('failed', message=f'no usable initial weights in the shared memory ({exc})')
         return EXIT_START_FAILED

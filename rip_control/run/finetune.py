@@ -12,8 +12,9 @@ buffer is saved), then the emulator. It then writes plots and a summary into
 ``runs/<run_name>/``. The exit status is non-zero when any process failed, with the reason.
 
 ``resume_buffer:=auto`` continues from ``runs/<run_name>/replay_buffer.safetensors`` when it
-exists, and ``policy:=auto`` from ``runs/<run_name>/policy_latest.safetensors`` (with its
-critics), else from the pre-trained policy shipped for the rate
+exists, and ``policy:=auto`` from ``runs/<run_name>/policy_best.safetensors`` (the regression
+guard's best-evaluated actor; ``policy_latest`` with the guard off), with the run's latest
+critics, else from the pre-trained policy shipped for the rate
 (``policies/sim_50hz/``): what ``make demo`` does, so a second demo continues the first.
 """
 
@@ -97,7 +98,8 @@ def plan(
         learner['resume_buffer'] = str(candidate) if candidate.exists() else ''
     rate_hz = float(control['rate_hz'])
     if control.get('policy') == 'auto':
-        control['policy'] = str(resolve_auto_policy(run_dir, rate_hz))
+        guarded = int(control.get('eval_every_episodes', 0)) > 0 and rigs == 1
+        control['policy'] = str(resolve_auto_policy(run_dir, rate_hz, guarded))
     elif not control.get('policy') and not control.get('allow_random_policy'):
         control['policy'] = str(shipped_policy(rate_hz))
     learner['policy'] = control['policy']
@@ -146,17 +148,19 @@ def plan(
     return specs, values
 
 
-def resolve_auto_policy(run_dir: Path, rate_hz: float) -> Path:
+def resolve_auto_policy(run_dir: Path, rate_hz: float, guarded: bool = True) -> Path:
     """``policy:=auto``: the run's best-evaluated policy, else its latest, else the shipped one.
 
     The best is what the regression guard kept (:data:`BEST_POLICY_FILE`): a run whose last
-    updates made the policy worse resumes from before them.
+    updates made the policy worse resumes from before them. With the guard off
+    (``guarded`` False: ``eval_every_episodes`` 0, or several rigs, whose bests are each
+    rig's own) the latest is taken: it is what the run went on to learn.
 
     :raises ValueError: no pre-trained policy ships for ``rate_hz`` (it names the command
         that makes one).
     """
     best = run_dir / BEST_POLICY_FILE
-    if best.exists():
+    if guarded and best.exists():
         return best
     latest = run_dir / POLICY_LATEST
     return latest if latest.exists() else shipped_policy(rate_hz, f'{latest} does not exist and ')

@@ -168,7 +168,10 @@ LAUNCH_ARGUMENTS = (
         ((CONTROL, 'runs_dir'), (LEARNER, 'runs_dir')),
     ),
     LaunchArgument(
-        'episodes', '10', 'episodes to run (0: until stopped)', ((CONTROL, 'episodes'),)
+        'episodes',
+        '10',
+        "training episodes to run (the guard's evaluations come on top; 0: until stopped)",
+        ((CONTROL, 'episodes'),),
     ),
     LaunchArgument(
         'episode_seconds', '6.0', 'policy time per episode, s', ((CONTROL, 'episode_seconds'),)
@@ -183,7 +186,7 @@ LAUNCH_ARGUMENTS = (
         'policy',
         '',
         'initial actor (.safetensors); empty: the pre-trained policy shipped for the rate; '
-        "'auto': the run's latest, else the shipped one",
+        "'auto': the run's best-evaluated (its latest with the guard off), else the shipped one",
         ((CONTROL, 'policy'), (LEARNER, 'policy')),
     ),
     LaunchArgument(

@@ -1,0 +1,87 @@
+"""The regression guard inside the control loop, on the emulator through a real pty (no ROS).
+
+Evaluation episodes act with the candidate's mean action, send no transitions, are cut to
+``eval_steps`` and do not count towards ``episodes``; training episodes are driven by the live
+actor only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+import threading
+
+import pytest
+
+from rip_control.policy import NumpyActor, random_actor
+from rip_control.rig.client import LowLevelClient
+from rip_control.rig.emulator_process import EmulatorProcess
+from rip_control.rig.env import ACTION_SIZE, OBS_SIZE, RealRotaryInvertedPendulumEnv, TaskConfig
+from rip_control.rt.gate import PolicyGate
+from rip_control.rt.loop import ControlLoop, EpisodeSummary, LoopConfig, TickSample
+from rip_control.rt.outbox import Outbox
+from rip_control.transitions import Transition
+
+pytestmark = pytest.mark.slow
+
+
+class _Box:
+    """The policy hand-off: the newest actor, replaced by the test between episodes."""
+
+    def __init__(self, actor: NumpyActor) -> None:
+        self.actor = actor
+
+    def read_from_rt(self) -> NumpyActor:
+        return self.actor
+
+
+def _actor(version: int) -> NumpyActor:
+    return random_actor(OBS_SIZE, ACTION_SIZE, (8,), 50.0, seed=version, version=version)
+
+
+def test_evaluations_send_nothing_count_for_nothing_and_only_the_live_actor_trains(
+    tmp_path: Path,
+) -> None:
+    with EmulatorProcess(tmp_path / 'rig') as emu:
+        client = LowLevelClient(str(emu.link))
+        client.open()
+        try:
+            task = TaskConfig(rate_hz=50.0, episode_seconds=0.4)  # 20 ticks
+            env = RealRotaryInvertedPendulumEnv(client, task)
+            cfg = LoopConfig(episodes=3, eval_every_episodes=1, eval_margin=0.05, eval_steps=5)
+            box = _Box(_actor(1))
+            gate: PolicyGate[NumpyActor] = PolicyGate(1, 0.05)
+            gate.start(box.actor)
+            transitions: Outbox[Transition] = Outbox(100_000, holdback=2)
+            episodes: Outbox[EpisodeSummary] = Outbox(100)
+            ticks: Outbox[TickSample] = Outbox(100_000)
+            loop = ControlLoop(env, cfg, box, transitions, ticks, episodes, gate=gate)
+            done: list[EpisodeSummary] = []
+
+            def after_tick() -> None:  # the newest actor arrives once the baseline is done
+                while (ep := episodes.pop_from_non_rt()) is not None:
+                    done.append(ep)
+                    if ep.verdict == 'baseline':
+                        box.actor = _actor(2)
+
+            stop = threading.Event()
+            loop.run(stop, after_tick=after_tick)
+            after_tick()
+        finally:
+            client.close()
+    kinds = [(e.evaluation, e.verdict, e.policy_version) for e in done]
+    # Baseline of v1, a training episode, then v2 evaluated, then two more training episodes.
+    assert [k[0] for k in kinds] == [True, False, True, False, False], kinds
+    assert kinds[0] == (True, 'baseline', 1)
+    assert kinds[2][2] == 2 and kinds[2][1] in ('promoted', 'rejected')
+    live_after = 2 if kinds[2][1] == 'promoted' else 1
+    assert [e.policy_version for e in done if not e.evaluation] == [1, live_after, live_after]
+    evals = [e for e in done if e.evaluation]
+    assert all(e.n_ticks <= 5 and e.transitions_published == 0 for e in evals)
+    trained = [e for e in done if not e.evaluation]
+    assert loop.status.train_episodes == 3 and loop.status.eval_episodes == 2
+    got = []
+    while (t := transitions.pop_from_non_rt()) is not None:
+        got.append(t)
+    assert len(got) == sum(e.transitions_published for e in trained) > 0
+    # Every transition comes from a training episode, numbered as that episode.
+    assert {t.episode for t in got} == {e.episode for e in trained}

@@ -176,8 +176,11 @@ def test_make_demo_runs_the_fine_tune(tmp_path):
         timeout=240,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert 'episode   0: return' in proc.stdout
+    # The regression guard measures the starting policy first, then the training episode.
+    assert 'evaluation   0: return' in proc.stdout, proc.stdout[-3000:]
+    assert re.search(r'^episode +1: return', proc.stdout, re.M), proc.stdout[-3000:]
     assert (tmp_path / 'demo' / 'replay_buffer.safetensors').exists()
+    assert (tmp_path / 'demo' / 'policy_best.safetensors').exists()
 
 
 # ---- the runner and evaluation -------------------------------------------------------------

@@ -92,6 +92,10 @@ def arm_parameters(a: argparse.Namespace, runs: Path) -> tuple[Path, dict[str, A
     doc = yaml.safe_load(base.read_text())
     control = doc['rip_control']['ros__parameters']
     learner = doc['rip_learner']['ros__parameters']
+    from rip_control.run.params import LEARNER_PARAMETERS
+
+    for p in LEARNER_PARAMETERS:  # what the learner would take for a key the file leaves out
+        learner.setdefault(p.name, p.default)
     control['seed'] = learner['seed'] = a.seed
     if a.guard is not None:  # None: as the file says
         control['eval_every_episodes'] = a.guard

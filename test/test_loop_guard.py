@@ -82,6 +82,14 @@ def test_evaluations_send_nothing_count_for_nothing_and_only_the_live_actor_trai
     got = []
     while (t := transitions.pop_from_non_rt()) is not None:
         got.append(t)
-    assert len(got) == sum(e.transitions_published for e in trained) > 0
+    published = sum(e.transitions_published for e in trained)
+    # A training episode cut by a serial error (a loaded machine) sent what it had and ended
+    # without a summary; its number is the next one's. Nothing else may add transitions.
+    cut = loop.status.serial_errors > 0
+    assert published > 0 and (len(got) == published or (cut and len(got) > published)), (
+        len(got),
+        published,
+        loop.status.serial_errors,
+    )
     # Every transition comes from a training episode, numbered as that episode.
     assert {t.episode for t in got} == {e.episode for e in trained}

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rip_control.benchmarks.v5 import DEFAULT_POLICY, arm_parameters
+from rip_control.benchmarks.v5 import DEFAULT_POLICY, arm_parameters, deploy
 
 BALANCE_SLACK_S = 0.2
 COLLAPSE_SHARE = 0.8
@@ -54,24 +54,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def _evaluate(a: argparse.Namespace, rig: str, policy: str, runs: Path, name: str) -> Any:
-    from rip_control.run.evaluate import evaluate
-
-    print(f'-- evaluating {name}: {policy} on {rig}', flush=True)
-    report = evaluate(
-        {
-            'policy': policy,
-            'rig_params': rig,
-            'rate': str(a.rate),
-            'episodes': str(a.eval_episodes),
-            'episode_seconds': str(a.eval_seconds),
-            'run_name': name,
-            'runs_dir': str(runs),
-        },
-        stream_logs=False,
-    )
-    if report['failure']:
-        raise RuntimeError(f'evaluation {name} failed: {report["failure"]}')
-    return report['summary']
+    return deploy(a, rig, policy, runs, name)['summary']
 
 
 def check(

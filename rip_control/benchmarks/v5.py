@@ -115,25 +115,33 @@ def arm_parameters(a: argparse.Namespace, runs: Path) -> tuple[Path, dict[str, A
     return path, learner
 
 
-def _evaluate(a: argparse.Namespace, policy: str, runs: Path, name: str) -> dict[str, Any]:
+def deploy(a: argparse.Namespace, rig: str, policy: str, runs: Path, run_name: str) -> Any:
+    """Evaluate ``policy`` on ``rig`` (``a.eval_episodes`` x ``a.eval_seconds``): the report.
+
+    :raises RuntimeError: the evaluation failed, with the reason.
+    """
     from rip_control.run.evaluate import evaluate
 
-    print(f'-- evaluating {name}: {policy}', flush=True)
+    print(f'-- evaluating {run_name}: {policy} on {rig}', flush=True)
     report = evaluate(
         {
             'policy': policy,
-            'rig_params': a.rig,
+            'rig_params': rig,
             'rate': str(a.rate),
             'episodes': str(a.eval_episodes),
             'episode_seconds': str(a.eval_seconds),
-            'run_name': f'eval_{name}',
+            'run_name': run_name,
             'runs_dir': str(runs),
         },
         stream_logs=False,
     )
     if report['failure']:
-        raise RuntimeError(f'evaluation of {name} failed: {report["failure"]}')
+        raise RuntimeError(f'evaluation {run_name} failed: {report["failure"]}')
     return report
+
+
+def _evaluate(a: argparse.Namespace, policy: str, runs: Path, name: str) -> dict[str, Any]:
+    return deploy(a, a.rig, policy, runs, f'eval_{name}')
 
 
 def bench_v5(a: argparse.Namespace) -> dict[str, Any]:

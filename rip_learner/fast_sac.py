@@ -140,8 +140,9 @@ class FastSacUpdate:
             as_t(np.ascontiguousarray(rewards[..., None], dtype=np.float32)),
         )
 
-    def _sample_pi(self, obs: Any) -> tuple[Any, Any]:
-        """A squashed Gaussian action and its log-probability (SB3's ``action_log_prob``)."""
+    def _sample_pi(self, obs: Any) -> tuple[Any, Any, Any]:
+        """A squashed Gaussian action, its log-probability (SB3's ``action_log_prob``), and
+        the Gaussian's mean (before the squashing)."""
         import torch
 
         mean, log_std, _ = self.model.actor.get_action_dist_params(obs)
@@ -151,7 +152,7 @@ class FastSacUpdate:
         log_prob = log_prob - torch.log(1.0 - actions.square() + _SQUASH_EPS).sum(
             dim=1, keepdim=True
         )
-        return actions, log_prob
+        return actions, log_prob, mean
 
     def train(self, gradient_steps: int, batch_size: int, update_actor: bool = True) -> None:
         """What ``model.train(gradient_steps, batch_size)`` does, faster.
@@ -172,7 +173,18 @@ class FastSacUpdate:
         ent_losses, ent_coefs, actor_losses, critic_losses = [], [], [], []
         for step in range(gradient_steps):
             obs, actions, next_obs = obs_b[step], act_b[step], next_b[step]
-            actions_pi, log_prob = self._sample_pi(obs)
+            smooth = None
+            if update_actor and self.smoothness:
+                # One actor pass over both observations (grad kept): the first half is the
+                # policy loss's sample, the second the target's (detached), and the two means
+                # give CAPS's term. Without the term, SB3's order and random draws exactly.
+                n = obs.shape[0]
+                acts, logps, mean = self._sample_pi(torch.cat([obs, next_obs]))
+                actions_pi, log_prob = acts[:n], logps[:n]
+                next_actions, next_log_prob = acts[n:].detach(), logps[n:].detach()
+                smooth = (torch.tanh(mean[:n]) - torch.tanh(mean[n:])).square().mean()
+            else:
+                actions_pi, log_prob, _ = self._sample_pi(obs)
             if update_actor and m.ent_coef_optimizer is not None and m.log_ent_coef is not None:
                 ent_coef = torch.exp(m.log_ent_coef.detach())
                 ent_loss = -(m.log_ent_coef * (log_prob + m.target_entropy).detach()).mean()
@@ -186,7 +198,8 @@ class FastSacUpdate:
                 ent_coef = m.ent_coef_tensor
             ent_coefs.append(ent_coef.detach().reshape(()))
             with torch.no_grad():
-                next_actions, next_log_prob = self._sample_pi(next_obs)
+                if smooth is None:
+                    next_actions, next_log_prob, _ = self._sample_pi(next_obs)
                 next_q = torch.cat(m.critic_target(next_obs, next_actions), dim=1)
                 next_q = next_q.min(dim=1, keepdim=True).values - ent_coef * next_log_prob
                 target_q = rew_b[step] + (1.0 - done_b[step]) * m.gamma * next_q
@@ -199,10 +212,8 @@ class FastSacUpdate:
             if update_actor:
                 q_pi = torch.cat(m.critic(obs, actions_pi), dim=1)
                 actor_loss = (ent_coef * log_prob - q_pi.min(dim=1, keepdim=True).values).mean()
-                if self.smoothness:
-                    a_now = torch.tanh(m.actor.get_action_dist_params(obs)[0])
-                    a_next = torch.tanh(m.actor.get_action_dist_params(next_obs)[0])
-                    actor_loss = actor_loss + self.smoothness * (a_now - a_next).square().mean()
+                if smooth is not None:
+                    actor_loss = actor_loss + self.smoothness * smooth
                 actor_losses.append(actor_loss.detach())
                 m.actor.optimizer.zero_grad()
                 actor_loss.backward()

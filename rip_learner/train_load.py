@@ -20,6 +20,24 @@ import time
 from rip_learner.fast_sac import FastSacUpdate
 from rip_learner.sac import SacConfig, build_sac, prefill_random
 
+IMPLS = ('sb3', 'fast', 'shipped')
+# config/finetune.yaml's update: half of each batch from the shipped prior data, CAPS term.
+SHIPPED_PRIOR_RATIO = 0.5
+SHIPPED_SMOOTHNESS = 5.0
+
+
+def shipped_update(model):  # noqa: ANN001, ANN201 - SB3's SAC in, FastSacUpdate out
+    """fast_sac's update as config/finetune.yaml runs it, on the shipped 50 Hz prior data."""
+    from rip_control.run.launching import packaged_policy
+    from rip_learner import buffer_store
+    from rip_learner.sac import ACTION_SIZE, OBS_SIZE, PRIOR_DATA_FILE
+
+    path = packaged_policy(50.0).with_name(PRIOR_DATA_FILE)
+    arrays, _ = buffer_store.load(path, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+    return FastSacUpdate(
+        model, prior=arrays, prior_ratio=SHIPPED_PRIOR_RATIO, smoothness=SHIPPED_SMOOTHNESS
+    )
+
 
 def main(argv: list[str] | None = None) -> int:
     """Command line; see the module docstring."""
@@ -34,7 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument('--nice', type=int, default=0, help='niceness to add')
     ap.add_argument('--avoid-cpu', type=int, default=-1, help='keep off this CPU (-1: none)')
     ap.add_argument(
-        '--impl', choices=('sb3', 'fast'), default='sb3', help="SB3's train() or fast_sac's"
+        '--impl',
+        choices=IMPLS,
+        default='sb3',
+        help="SB3's train(), fast_sac's, or fast_sac's with config/finetune.yaml's safeguards",
     )
     a = ap.parse_args(argv)
     if a.nice:
@@ -52,7 +73,12 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     model = build_sac(cfg)
     prefill_random(model, a.prefill)
-    train = model.train if a.impl == 'sb3' else FastSacUpdate(model).train
+    if a.impl == 'sb3':
+        train = model.train
+    elif a.impl == 'fast':
+        train = FastSacUpdate(model).train
+    else:
+        train = shipped_update(model).train
     train(a.chunk, cfg.batch_size)
     print('READY', flush=True)
     start = time.perf_counter()

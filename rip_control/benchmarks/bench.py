@@ -459,7 +459,10 @@ def bench_e2e(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def bench_learner_throughput(a: argparse.Namespace) -> dict[str, Any]:
-    """SAC updates/s per network size, torch threads and implementation (SB3's, fast_sac's).
+    """SAC updates/s per network size, torch threads and implementation.
+
+    ``sb3``: SB3's own ``train()``; ``fast``: :mod:`rip_learner.fast_sac`'s update;
+    ``shipped``: the same with config/finetune.yaml's safeguards (prior data, CAPS term).
 
     With ``--control-loop-hz`` the bare pacer process (:mod:`rip_control.rt.floor`, SCHED_FIFO,
     pinned to the last CPU) ticks at that rate throughout, as a control loop would.
@@ -524,9 +527,9 @@ def bench_learner_throughput(a: argparse.Namespace) -> dict[str, Any]:
                     f'{row["updates_per_s"]:.0f} updates/s',
                     flush=True,
                 )
-            if 'sb3' in by_impl and 'fast' in by_impl and by_impl['sb3'] > 0:
-                ratio = by_impl['fast'] / by_impl['sb3']
-                print(f'  fast / sb3: {ratio:.2f}x', flush=True)
+            for impl in ('fast', 'shipped'):
+                if impl in by_impl and by_impl.get('sb3', 0) > 0:
+                    print(f'  {impl} / sb3: {by_impl[impl] / by_impl["sb3"]:.2f}x', flush=True)
     return {
         'benchmark': 'learner-throughput',
         'control_loop': loop_note,
@@ -710,7 +713,13 @@ def main(argv: list[str] | None = None) -> int:
     th = sub.add_parser('learner-throughput', help='SAC updates/s by configuration')
     th.add_argument('--hidden', nargs='+', default=['256,256', '128,128', '64,64'])
     th.add_argument('--threads', nargs='+', type=int, default=[1, 2])
-    th.add_argument('--impl', nargs='+', choices=('sb3', 'fast'), default=['sb3', 'fast'])
+    th.add_argument(
+        '--impl',
+        nargs='+',
+        choices=('sb3', 'fast', 'shipped'),
+        default=['sb3', 'fast'],
+        help="SB3's train(); fast_sac's; fast_sac's with finetune.yaml's prior data and CAPS",
+    )
     th.add_argument('--chunk', type=int, default=4, help='gradient steps per train() call')
     th.add_argument('--repeat', type=int, default=1, help='runs of each configuration')
     th.add_argument(

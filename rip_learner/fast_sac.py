@@ -141,8 +141,10 @@ class FastSacUpdate:
         )
 
     def _sample_pi(self, obs: Any) -> tuple[Any, Any, Any]:
-        """A squashed Gaussian action, its log-probability (SB3's ``action_log_prob``), and
-        the Gaussian's mean (before the squashing)."""
+        """A squashed Gaussian action, its log-probability, and the Gaussian's mean.
+
+        As SB3's ``action_log_prob``; the mean is before the squashing.
+        """
         import torch
 
         mean, log_std, _ = self.model.actor.get_action_dist_params(obs)

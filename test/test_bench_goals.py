@@ -24,3 +24,25 @@ def test_a_floor_and_a_negative_first_return() -> None:
     # From -100, 80 % "as good" allows down to -120, not -80.
     assert check(sim, _summary(5.0, 5.0), [-100.0, -90.0, -115.0], None)['no_collapse']
     assert not check(sim, _summary(5.0, 5.0), [-100.0, -90.0, -130.0], None)['no_collapse']
+
+
+def test_the_throughput_table_pairs_each_repeat_with_sb3s() -> None:
+    from rip_control.benchmarks.bench import throughput_table
+
+    def row(impl: str, rep: int, ups: float) -> dict:
+        return {
+            'hidden_sizes': [64, 64],
+            'batch_size': 256,
+            'torch_threads': 1,
+            'impl': impl,
+            'repeat': rep,
+            'updates_per_s': ups,
+        }
+
+    doc = {
+        'rows': [row('sb3', 0, 100), row('fast', 0, 150), row('sb3', 1, 200), row('fast', 1, 220)]
+    }
+    lines = throughput_table(doc).splitlines()
+    assert lines[2] == '| [64, 64] | 256 | 1 | sb3 | 150 (100-200) |  |'
+    # Ratios are per repeat (1.50, 1.10), not of the means (185 / 150).
+    assert lines[3] == '| [64, 64] | 256 | 1 | fast | 185 (150-220) | 1.50, 1.10 |'

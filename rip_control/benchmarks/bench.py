@@ -538,6 +538,35 @@ def bench_learner_throughput(a: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def throughput_table(doc: dict[str, Any]) -> str:
+    """Markdown: updates/s per implementation, and each repeat's against SB3's.
+
+    The implementations of one repeat run back to back, so only they compare.
+    """
+    rows = [
+        '| nets | batch | torch threads | implementation | updates/s, mean (min-max) | '
+        'x SB3 train(), per repeat |',
+        '|---|---|---|---|---|---|',
+    ]
+    groups: dict[tuple[Any, ...], dict[str, dict[int, float]]] = {}
+    for r in doc['rows']:
+        key = (tuple(r['hidden_sizes']), r['batch_size'], r['torch_threads'])
+        groups.setdefault(key, {}).setdefault(r['impl'], {})[r.get('repeat', 0)] = r[
+            'updates_per_s'
+        ]
+    for (hidden, batch, threads), impls in groups.items():
+        for impl, by_rep in impls.items():
+            v = list(by_rep.values())
+            sb3 = impls.get('sb3', {})
+            ratios = [by_rep[k] / sb3[k] for k in sorted(by_rep) if sb3.get(k)]
+            ratio = ', '.join(f'{x:.2f}' for x in ratios) if impl != 'sb3' else ''
+            rows.append(
+                f'| {list(hidden)} | {batch} | {threads} | {impl} | {np.mean(v):.0f} '
+                f'({min(v):.0f}-{max(v):.0f}) | {ratio} |'
+            )
+    return '\n'.join(rows)
+
+
 def bench_bag_roundtrip(a: argparse.Namespace) -> dict[str, Any]:
     """Write N transitions into a rosbag2 bag (MCAP) and import them with the learner's checks."""
     from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
@@ -750,11 +779,16 @@ def main(argv: list[str] | None = None) -> int:
     bg.add_argument('--json', default='')
     tb = sub.add_parser('table', help='markdown table of timing result files')
     tb.add_argument('files', nargs='+')
+    tt = sub.add_parser('throughput-table', help='markdown table of a learner-throughput file')
+    tt.add_argument('file')
     vt = sub.add_parser('v5-table', help='markdown table of V5 result files')
     vt.add_argument('files', nargs='+')
     a = ap.parse_args(argv)
     if a.bench == 'table':
         print(timing_table(a.files))
+        return 0
+    if a.bench == 'throughput-table':
+        print(throughput_table(json.loads(Path(a.file).read_text())))
         return 0
     if a.bench == 'v5-table':
         print(bench_v5.v5_table([json.loads(Path(f).read_text()) for f in a.files]))

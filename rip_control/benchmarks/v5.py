@@ -305,9 +305,9 @@ def _print_table(doc: dict[str, Any]) -> None:
 def v5_table(docs: list[dict[str, Any]]) -> str:
     """Markdown table of V5 results (what the README shows)."""
     rows = [
-        '| rig | policy | longest balance, mean (min-max) | swung up | chatter TV/s | '
-        'sign changes/s | fine-tune real rate |',
-        '|---|---|---|---|---|---|---|',
+        '| rig | nets | policy | longest balance, mean (min-max) | swung up | chatter TV/s | '
+        'sign changes/s | fine-tune real rate | transitions, updates |',
+        '|---|---|---|---|---|---|---|---|---|',
     ]
     labels = {
         'sim_only': '(a) simulation only',
@@ -318,19 +318,28 @@ def v5_table(docs: list[dict[str, Any]]) -> str:
         for name, d in doc['deployment'].items():
             s = d['summary']
             bal = s['longest_balance_s']
-            rate = ''
+            rate = counts = ''
             if name == 'async_finetuned':
-                rate = f'{doc["finetune"]["async"]["ticks"]["measured_rate_hz"]:.2f} Hz'
+                t = doc['finetune']['async']
+                rate = f'{t["ticks"]["measured_rate_hz"]:.2f} Hz'
+                learner = t.get('learner') or {}
+                counts = (
+                    f'{learner.get("transitions_accepted", "?")}, '
+                    f'{learner.get("gradient_steps_done", "?")}'
+                )
             elif name == 'sync_finetuned' and 'sync' in doc['finetune']:
                 t = doc['finetune']['sync']
                 rate = (
                     f'{t["ticks"]["measured_rate_hz"]:.2f} Hz, {t["deadman_trips"]} deadman trips'
                 )
+                counts = f'{t["ticks"]["n_ticks"]}, {t.get("updates", "?")}'
+            nets = doc.get('learner_parameters', {}).get('hidden_sizes', [64, 64])
             rows.append(
-                f'| {Path(doc["rig"]).stem} | {labels.get(name, name)} | {bal["mean"]:.2f} s '
+                f'| {Path(doc["rig"]).stem} | {list(nets)} | {labels.get(name, name)} | '
+                f'{bal["mean"]:.2f} s '
                 f'({bal["min"]:.2f}-{bal["max"]:.2f}) | {s["swung_up"]}/{s["episodes"]} | '
                 f'{s["action_tv_per_s"]["mean"]:.2f} | {s["sign_changes_per_s"]["mean"]:.1f} | '
-                f'{rate} |'
+                f'{rate} | {counts} |'
             )
     return '\n'.join(rows)
 

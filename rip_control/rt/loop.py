@@ -105,7 +105,8 @@ class LoopConfig:
         (0: off, the newest actor drives at once).
     :param eval_margin: how far below the best evaluation return a candidate may score and
         still go live, as a fraction of it.
-    :param eval_steps: ticks of an evaluation episode (0: a whole episode).
+    :param eval_steps: ticks of an evaluation episode, fewer or more than a training
+        episode's (0: as many).
     """
 
     timing_violation_threshold_s: float = 0.005
@@ -375,8 +376,9 @@ class ControlLoop:
             episode = self._episode
             next_obs, reward, terminated, truncated, info = env.observe_and_step()
             episode.record_tick(timing, strike, info, env.config.balance_threshold_rad)
-            if episode.evaluation and not terminated:
-                truncated = truncated or 0 < self.config.eval_steps <= env.episode_steps_done
+            if episode.evaluation and not terminated and self.config.eval_steps > 0:
+                # Its own length, shorter or longer than a training episode's.
+                truncated = self.config.eval_steps <= env.episode_steps_done
             self._emit(
                 episode, self.status, self._obs, next_obs, reward, terminated, truncated, info
             )

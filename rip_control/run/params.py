@@ -270,7 +270,7 @@ CONTROL_PARAMETERS = (
     Param(
         'eval_episode_seconds',
         0.0,
-        'regression guard: length of an evaluation episode, s (0: episode_seconds)',
+        'regression guard: evaluation episode length, s (0: episode_seconds; may be longer)',
         0.0,
         3600.0,
     ),

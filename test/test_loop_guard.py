@@ -48,7 +48,9 @@ def test_evaluations_send_nothing_count_for_nothing_and_only_the_live_actor_trai
         try:
             task = TaskConfig(rate_hz=50.0, episode_seconds=0.4)  # 20 ticks
             env = RealRotaryInvertedPendulumEnv(client, task)
-            cfg = LoopConfig(episodes=3, eval_every_episodes=1, eval_margin=0.05, eval_steps=eval_steps)
+            cfg = LoopConfig(
+                episodes=3, eval_every_episodes=1, eval_margin=0.05, eval_steps=eval_steps
+            )
             box = _Box(_actor(1))
             gate: PolicyGate[NumpyActor] = PolicyGate(1, 0.05)
             gate.start(box.actor)

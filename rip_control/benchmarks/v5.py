@@ -183,6 +183,7 @@ def bench_v5(a: argparse.Namespace) -> dict[str, Any]:
     policies['async_finetuned'] = str(runs / 'async_finetune' / f'{deployed}.safetensors')
     with np.load(runs / 'async_finetune' / 'ticks.npz', allow_pickle=False) as z:
         async_dt = z['dt_s'][1:].copy()
+    episodes = rig_episodes(runs / 'async_finetune' / 'timing.csv')
 
     sync = None
     sync_dt = np.zeros(0)
@@ -231,6 +232,8 @@ def bench_v5(a: argparse.Namespace) -> dict[str, Any]:
                 'episode_returns': ft.get('episode_returns'),
                 'evaluations': ft.get('evaluations'),
                 'learner': ft.get('learner'),
+                'episodes': episodes,
+                'rig_seconds': sum(e['n_ticks'] for e in episodes) / a.rate,
             },
         },
     }
@@ -248,6 +251,25 @@ def bench_v5(a: argparse.Namespace) -> dict[str, Any]:
     _plot(doc, evals, async_dt, sync_dt, a, plots, stem)
     _print_table(doc)
     return doc
+
+
+def rig_episodes(timing_csv: Path) -> list[dict[str, Any]]:
+    """Every episode of a run, training and evaluation, in order, from its ``timing.csv``."""
+    if not timing_csv.exists():
+        return []
+    with timing_csv.open() as f:
+        return [
+            {
+                'episode': int(r['episode']),
+                'kind': r.get('kind') or 'train',
+                'n_ticks': int(r['n_ticks']),
+                'return': float(r['episode_return']),
+                'balance_s': float(r['balance_s']),
+                'policy_version': int(r['policy_version']),
+                'verdict': r.get('verdict') or '',
+            }
+            for r in csv.DictReader(f)
+        ]
 
 
 def sac_config(lp: dict[str, Any]) -> Any:
@@ -441,3 +463,31 @@ def _plot(
     fig.tight_layout()
     fig.savefig(folder / f'{stem}_learning_curve.png', dpi=100)
     plt.close(fig)
+    # Balance over rig time: every training episode, and the guard's deterministic evaluations.
+    eps = doc['finetune']['async'].get('episodes') or []
+    if eps:
+        ends = np.cumsum([e['n_ticks'] for e in eps]) / a.rate / 60.0
+        fig, ax = plt.subplots(figsize=(8, 3.6))
+        train = [
+            (t, e['balance_s']) for t, e in zip(ends, eps, strict=True) if e['kind'] != 'eval'
+        ]
+        evals_ = [(t, e) for t, e in zip(ends, eps, strict=True) if e['kind'] == 'eval']
+        if train:
+            ax.plot(*zip(*train, strict=True), '.', color='0.5', label='training episode')
+        if evals_:
+            ax.plot(
+                [t for t, _ in evals_],
+                [e['balance_s'] for _, e in evals_],
+                'o-',
+                ms=4,
+                label='evaluation (mean action)',
+            )
+        ax.set(
+            xlabel='rig time (minutes, training and evaluation episodes)',
+            ylabel='longest balance in the episode (s)',
+            title=f'fine-tuning on {Path(a.rig).stem}',
+        )
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(folder / f'{stem}_rig_time.png', dpi=100)
+        plt.close(fig)

@@ -88,3 +88,29 @@ def test_summary_counts_swing_ups_and_averages_windows():
     assert s['longest_balance_s']['mean'] == pytest.approx(0.4)
     assert s['longest_balance_s']['min'] == 0.0
     assert s['return_mean'] == pytest.approx(25.0)
+
+
+def test_an_episode_cut_by_a_fault_and_run_again_is_measured_once() -> None:
+    """A trip cuts episode 2 after 192 ticks; the node runs it again under the same number.
+
+    The recorder keeps the attempt that ended, not the two merged (which once read as an 11 s
+    balance in a 10 s episode).
+    """
+    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+    from rip_control.run.evaluate import TransitionRecorder
+    from rip_control.transitions import Transition
+
+    def tick(step: int, phi: float, last: bool = False) -> Transition:
+        obs = np.zeros(OBS_SIZE, dtype=np.float32)
+        obs[1], obs[2] = math.sin(phi), math.cos(phi)
+        act = np.zeros(ACTION_SIZE, dtype=np.float32)
+        return Transition(2, step, obs, act, 1.0, obs, False, last, T, 1)
+
+    rec = TransitionRecorder()
+    rec.ticks[2] = [tick(i, 0.0) for i in range(192)]  # cut: no terminal tick
+    rec.ticks[2] += [tick(i, 1.0 if i < 100 else 0.0, i == 499) for i in range(500)]
+    assert rec.complete(1)
+    [(ep, m, traces)] = rec.episodes(T)
+    assert ep == 2 and m.ticks == 500 and traces['phi'].size == 500
+    assert m.longest_balance_s == pytest.approx(400 * T)
+    assert rec.cut_attempts == 1

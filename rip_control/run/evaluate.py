@@ -34,12 +34,28 @@ LEARNER_ONLY = tuple(
 DEFAULTS = {'episodes': '5', 'episode_seconds': '10.0', 'run_name': 'evaluate'}
 
 
+def _attempts(ticks: list[Any]) -> list[list[Any]]:
+    """Split one episode number's ticks (in arrival order) where the step count starts over.
+
+    An episode cut by a fault (a timing or serial trip) has sent what it had; the control node
+    then runs that episode again under the same number, from step 0. Merged, the two would
+    read as one episode longer than ``episode_seconds`` with their angles interleaved.
+    """
+    out: list[list[Any]] = []
+    for t in ticks:
+        if not out or t.step <= out[-1][-1].step:
+            out.append([])
+        out[-1].append(t)
+    return out
+
+
 class TransitionRecorder:
     """Collects the control node's transitions, per episode, in arrival order."""
 
     def __init__(self) -> None:
         self.ticks: dict[int, list[Any]] = defaultdict(list)
         self.rejected = 0
+        self.cut_attempts = 0  # episodes cut by a fault and run again under the same number
 
     def attach(self, node: Any) -> Callable[[], bool]:
         """Subscribe ``node`` to ``/transitions`` with the control node's QoS.
@@ -76,8 +92,12 @@ class TransitionRecorder:
     def episodes(self, period_s: float) -> list[tuple[int, EpisodeMetrics, dict[str, np.ndarray]]]:
         """``(episode, metrics, traces)`` of every episode recorded, in order."""
         out = []
+        self.cut_attempts = 0
         for ep in sorted(self.ticks):
-            ticks = sorted(self.ticks[ep], key=lambda t: t.step)
+            attempts = _attempts(self.ticks[ep])
+            ended = [a for a in attempts if a[-1].terminated or a[-1].truncated]
+            ticks = ended[-1] if ended else attempts[-1]
+            self.cut_attempts += len(attempts) - 1
             traces = {
                 'phi': phi_from_obs(np.stack([t.next_obs for t in ticks])),
                 'action': np.array([float(t.action[0]) for t in ticks]),
@@ -146,6 +166,7 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
         'episodes': [{'episode': ep, **m.as_dict()} for ep, m, _ in episodes],
         'summary': summarize([m for _, m, _ in episodes]),
         'transitions_rejected': recorder.rejected,
+        'cut_attempts_dropped': recorder.cut_attempts,
         'ticks': run.get('ticks'),
         'failure': run['failure'],
         'interrupted': run['interrupted'],

@@ -46,3 +46,24 @@ def test_the_throughput_table_pairs_each_repeat_with_sb3s() -> None:
     assert lines[2] == '| [64, 64] | 256 | 1 | sb3 | 150 (100-200) |  |'
     # Ratios are per repeat (1.50, 1.10), not of the means (185 / 150).
     assert lines[3] == '| [64, 64] | 256 | 1 | fast | 185 (150-220) | 1.50, 1.10 |'
+
+
+def test_a_rig_measured_again_supersedes_its_earlier_row() -> None:
+    from rip_control.benchmarks.matrix import matrix_table
+
+    def rig(balance: float) -> dict:
+        goals = {
+            'worst_second_half_return_share': 1.0,
+            'chatter_ratio': 1.0,
+            'balance_ok': True,
+            'no_collapse': True,
+            'chatter_ok': True,
+        }
+        run = {'deployment': {'longest_balance_s': {'mean': balance}}, 'goals': goals}
+        return {'sim_only': {'longest_balance_s': {'mean': 1.0}}, 'runs': [run]}
+
+    old = {'rigs': {'nominal': rig(9.0), 'heavy': rig(12.0)}}
+    new = {'rigs': {'heavy': rig(8.0)}}
+    rows = matrix_table([old, new]).splitlines()[2:]
+    assert [r.split(' | ')[0] for r in rows] == ['| nominal', '| heavy']
+    assert '8.00 s (8.00 s)' in rows[1] and '12.00' not in rows[1]

@@ -151,27 +151,33 @@ def bench_matrix(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def matrix_table(docs: list[dict[str, Any]]) -> str:
-    """Markdown: per rig, the simulation-only policy and the fine-tune over seeds."""
+    """Markdown: per rig, the simulation-only policy and the fine-tune over seeds.
+
+    A rig measured in several files is shown once, from the last file that has it (a rig
+    re-measured after a fix supersedes the earlier figures).
+    """
     rows = [
         '| rig | sim-only balance | fine-tuned balance, mean (min) over seeds | per seed | '
         'worst 2nd-half return / 1st | chatter ratio, max | goals met |',
         '|---|---|---|---|---|---|---|',
     ]
+    rigs: dict[str, Any] = {}
     for doc in docs:
-        for stem, r in doc['rigs'].items():
-            sim = r['sim_only']['longest_balance_s']['mean']
-            bals = [c['deployment']['longest_balance_s']['mean'] for c in r['runs']]
-            shares = [c['goals']['worst_second_half_return_share'] for c in r['runs']]
-            chat = [c['goals']['chatter_ratio'] for c in r['runs']]
-            met = sum(
-                c['goals']['balance_ok'] and c['goals']['no_collapse'] and c['goals']['chatter_ok']
-                for c in r['runs']
-            )
-            rows.append(
-                f'| {stem} | {sim:.2f} s | {np.mean(bals):.2f} s ({min(bals):.2f} s) | '
-                + ', '.join(f'{b:.2f}' for b in bals)
-                + f' | {min(shares):.2f} | {max(chat):.2f} | {met}/{len(r["runs"])} |'
-            )
+        rigs.update(doc['rigs'])
+    for stem, r in rigs.items():
+        sim = r['sim_only']['longest_balance_s']['mean']
+        bals = [c['deployment']['longest_balance_s']['mean'] for c in r['runs']]
+        shares = [c['goals']['worst_second_half_return_share'] for c in r['runs']]
+        chat = [c['goals']['chatter_ratio'] for c in r['runs']]
+        met = sum(
+            c['goals']['balance_ok'] and c['goals']['no_collapse'] and c['goals']['chatter_ok']
+            for c in r['runs']
+        )
+        rows.append(
+            f'| {stem} | {sim:.2f} s | {np.mean(bals):.2f} s ({min(bals):.2f} s) | '
+            + ', '.join(f'{b:.2f}' for b in bals)
+            + f' | {min(shares):.2f} | {max(chat):.2f} | {met}/{len(r["runs"])} |'
+        )
     return '\n'.join(rows)
 
 

@@ -40,12 +40,13 @@ def test_the_throughput_table_pairs_each_repeat_with_sb3s() -> None:
         }
 
     doc = {
-        'rows': [row('sb3', 0, 100), row('fast', 0, 150), row('sb3', 1, 200), row('fast', 1, 220)]
+        'rows': [row('sb3', 0, 200), row('fast', 0, 220), row('sb3', 1, 100), row('fast', 1, 150)]
     }
     lines = throughput_table(doc).splitlines()
     assert lines[2] == '| [64, 64] | 256 | 1 | sb3 | 150 (100-200) |  |'
-    # Ratios are per repeat (1.50, 1.10), not of the means (185 / 150).
-    assert lines[3] == '| [64, 64] | 256 | 1 | fast | 185 (150-220) | 1.50, 1.10 |'
+    # Ratios pair each repeat with SB3's (1.10, 1.50), not the means (185 / 150) nor the
+    # sorted values (150 / 100, 220 / 200).
+    assert lines[3] == '| [64, 64] | 256 | 1 | fast | 185 (150-220) | 1.10, 1.50 |'
 
 
 def test_a_rig_measured_again_supersedes_its_earlier_row() -> None:

@@ -108,9 +108,11 @@ def test_an_episode_cut_by_a_fault_and_run_again_is_measured_once() -> None:
 
     rec = TransitionRecorder()
     rec.ticks[2] = [tick(i, 0.0) for i in range(192)]  # cut: no terminal tick
+    rec.ticks[2] += [tick(0, 0.0)]  # cut at once
+    assert not rec.complete(1)
     rec.ticks[2] += [tick(i, 1.0 if i < 100 else 0.0, i == 499) for i in range(500)]
     assert rec.complete(1)
     [(ep, m, traces)] = rec.episodes(T)
     assert ep == 2 and m.ticks == 500 and traces['phi'].size == 500
     assert m.longest_balance_s == pytest.approx(400 * T)
-    assert rec.cut_attempts == 1
+    assert rec.cut_attempts == 2

@@ -558,8 +558,8 @@ def throughput_table(doc: dict[str, Any]) -> str:
         for impl, by_rep in impls.items():
             v = list(by_rep.values())
             sb3 = impls.get('sb3', {})
-            ratios = [by_rep[k] / sb3[k] for k in sorted(by_rep) if sb3.get(k)]
-            ratio = ', '.join(f'{x:.2f}' for x in ratios) if impl != 'sb3' else ''
+            ratios = [f'{by_rep[k] / sb3[k]:.2f}' if sb3.get(k) else '-' for k in sorted(by_rep)]
+            ratio = ', '.join(ratios) if impl != 'sb3' else ''
             rows.append(
                 f'| {list(hidden)} | {batch} | {threads} | {impl} | {np.mean(v):.0f} '
                 f'({min(v):.0f}-{max(v):.0f}) | {ratio} |'

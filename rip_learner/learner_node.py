@@ -69,7 +69,7 @@ class LearnerNode(Node):
         except RunFolderInUse as exc:
             raise LearnerConfigError(str(exc)) from exc
         self._tune_process(s)
-        self.trainer = Trainer(s, self.get_logger().info)
+        self.trainer = Trainer(s, lambda text: self.log().info(text))
         self.trainer.load_initial_policy()
         self.trainer.load_prior_data()
         self._wake = threading.Event()
@@ -183,9 +183,21 @@ class LearnerNode(Node):
         self._actor_updates_at_publish = tr.actor_updates
         self._publish_t = time.monotonic()
 
+    def log(self) -> Any:
+        """The node's logger, or one that does not publish to ``/rosout`` once stopping.
+
+        After a signal has shut the context down, rcl would print a failure to publish for
+        every line of the final save.
+        """
+        if self.context.ok():
+            return self.get_logger()
+        import rclpy.logging
+
+        return rclpy.logging.get_logger(f'{self.get_name()}.stopping')
+
     def shutdown(self) -> None:
         """Stop training and save everything (called on every way out)."""
-        self.get_logger().info('stopping: training ends, saving the buffer and networks')
+        self.log().info('stopping: training ends, saving the buffer and networks')
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
@@ -282,7 +294,7 @@ def main(args: list[str] | None = None) -> int:
             try:
                 node.shutdown()
             except Exception as exc:  # noqa: BLE001
-                node.get_logger().fatal(f'final save failed: {exc!r}')
+                node.log().fatal(f'final save failed: {exc!r}')
                 code = 1
             if node.failed is not None:
                 code = 1

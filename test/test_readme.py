@@ -179,6 +179,8 @@ def test_make_demo_runs_the_fine_tune(tmp_path):
     # The regression guard measures the starting policy first, then the training episode.
     assert 'evaluation   0: return' in proc.stdout, proc.stdout[-3000:]
     assert re.search(r'^episode +1: return', proc.stdout, re.M), proc.stdout[-3000:]
+    # The learner's final save logs without rcl complaining about a shut-down context.
+    assert 'Failed to publish log message' not in proc.stdout + proc.stderr, proc.stdout[-3000:]
     assert (tmp_path / 'demo' / 'replay_buffer.safetensors').exists()
     assert (tmp_path / 'demo' / 'policy_best.safetensors').exists()
 

@@ -69,6 +69,8 @@ class LearnerNode(Node):
         except RunFolderInUse as exc:
             raise LearnerConfigError(str(exc)) from exc
         self._tune_process(s)
+        # The name is read now: once the context is shut down, the node's handle is gone.
+        self._stopping_logger = f'{self.get_name()}.stopping'
         self.trainer = Trainer(s, lambda text: self.log().info(text))
         self.trainer.load_initial_policy()
         self.trainer.load_prior_data()
@@ -193,7 +195,7 @@ class LearnerNode(Node):
             return self.get_logger()
         import rclpy.logging
 
-        return rclpy.logging.get_logger(f'{self.get_name()}.stopping')
+        return rclpy.logging.get_logger(self._stopping_logger)
 
     def shutdown(self) -> None:
         """Stop training and save everything (called on every way out)."""

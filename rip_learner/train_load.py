@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Any
 
 from rip_learner.fast_sac import FastSacUpdate
 from rip_learner.sac import SacConfig, build_sac, prefill_random
@@ -26,7 +27,7 @@ SHIPPED_PRIOR_RATIO = 0.5
 SHIPPED_SMOOTHNESS = 5.0
 
 
-def shipped_update(model):  # noqa: ANN001, ANN201 - SB3's SAC in, FastSacUpdate out
+def shipped_update(model: Any) -> FastSacUpdate:
     """fast_sac's update as config/finetune.yaml runs it, on the shipped 50 Hz prior data."""
     from rip_control.run.launching import packaged_policy
     from rip_learner import buffer_store

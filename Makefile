@@ -11,7 +11,7 @@ export ROS_DOMAIN_ID ?= $(shell echo $$(( ($$$$ % 100) + 100 )))
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test venv lint bench clean launch-deps
+.PHONY: demo test venv lint bench clean launch-deps firmware firmware-host
 
 # The upstream ROS 2 launch and launch_ros sources, to run the launch file in the tests where
 # no ROS 2 install provides them (copied first: pip builds in the source tree).
@@ -31,8 +31,19 @@ $(STAMP): requirements.txt constraints.txt
 demo: $(STAMP)
 	$(PY) -m rip_control.finetune run_name:=demo resume_buffer:=auto policy:=auto $(DEMO_ARGS)
 
-test: $(STAMP) launch-deps
+test: $(STAMP) launch-deps firmware-host
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The rig firmware in C (firmware/): the AVR and Cortex-M4 images with their sizes, the host
+# build and the fuzz target. The cross compilers are Debian's gcc-avr avr-libc
+# gcc-arm-none-eabi libnewlib-arm-none-eabi.
+FIRMWARE_BUILD ?= $(CURDIR)/firmware/build
+firmware:
+	$(MAKE) --no-print-directory -C firmware all BUILD=$(abspath $(FIRMWARE_BUILD))
+
+# The host build only, with the system C compiler: what the tests run against.
+firmware-host:
+	$(MAKE) --no-print-directory -C firmware host
 
 launch-deps: $(STAMP)
 	@if [ -f $(LAUNCH_STAMP) ] || $(PY) -c 'import launch, launch_ros' 2>/dev/null; then :; \
@@ -50,4 +61,4 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 clean:
-	rm -rf $(VENV) build install log .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build install log .pytest_cache .mypy_cache .ruff_cache firmware/build

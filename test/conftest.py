@@ -21,13 +21,33 @@ os.environ.setdefault('ROS_DOMAIN_ID', str(100 + os.getpid() % 100))
 os.environ['PYTHONFAULTHANDLER'] = '1'
 
 
+FIRMWARES = ('python', 'c')
+
+
+@pytest.fixture(scope='session')
+def host_firmware_built():
+    """The host build of the C firmware, (re)built once per session with the system compiler."""
+    from rip_control.rig.host_firmware import build_host_binary
+
+    return build_host_binary()
+
+
 @pytest.fixture
-def start_emulator(tmp_path):
+def firmware(request):
+    """Which firmware plays the rig: the Python emulator unless a test parametrises it."""
+    which = getattr(request, 'param', 'python')
+    if which == 'c':
+        request.getfixturevalue('host_firmware_built')
+    return which
+
+
+@pytest.fixture
+def start_emulator(tmp_path, firmware):
     """Factory: start a rig emulator with extra arguments; all are stopped at teardown."""
     started: list[EmulatorProcess] = []
 
     def _start(*args: str, name: str = 'rig') -> EmulatorProcess:
-        emu = EmulatorProcess(tmp_path / name, list(args)).start()
+        emu = EmulatorProcess(tmp_path / name, list(args), firmware=firmware).start()
         started.append(emu)
         return emu
 

@@ -1,4 +1,8 @@
-"""LowLevelClient against the rig emulator in another process, through a real pty."""
+"""LowLevelClient against the rig firmware in another process, through a real pty.
+
+Every test runs against both firmwares: the Python emulator and the host build of the C
+firmware (``firmware/``), which must behave alike.
+"""
 
 from pathlib import Path
 import threading
@@ -14,6 +18,9 @@ from rip_control.rig.client import (
     RigTimeout,
 )
 from rip_control.rig.protocol import ErrorCode, Status
+
+FIRMWARES = ('python', 'c')
+pytestmark = pytest.mark.parametrize('firmware', FIRMWARES, indirect=True)
 
 
 def _open(emu, **kw):
@@ -91,7 +98,7 @@ def test_heartbeats_keep_the_motor_engaged_past_the_deadman_timeout(emulator):
         assert client.get_state().engaged
 
 
-def test_missing_port_raises_rig_disconnected_naming_it(tmp_path):
+def test_missing_port_raises_rig_disconnected_naming_it(tmp_path, firmware):
     port = str(tmp_path / 'no_such_rig')
     with pytest.raises(RigDisconnected, match='no_such_rig'):
         LowLevelClient(port).open()
@@ -227,7 +234,7 @@ def test_a_signal_stops_the_emulator_with_the_motor_off_and_the_device_gone(
         LowLevelClient(str(emu.link)).open()
 
 
-def test_the_emulator_serves_on_when_the_reader_of_its_output_dies(tmp_path):
+def test_the_emulator_serves_on_when_the_reader_of_its_output_dies(tmp_path, firmware):
     # A runner killed with SIGKILL leaves its emulator writing EVENT lines into a pipe nobody
     # reads: the firmware must still take the host's disengage and power down on SIGTERM,
     # not die at its next line (the device vanishing under an engaged motor).
@@ -239,6 +246,7 @@ def test_the_emulator_serves_on_when_the_reader_of_its_output_dies(tmp_path):
 
     events, link = tmp_path / 'events', tmp_path / 'rig'
     cmd = [sys.executable, '-m', 'rip_control.rig_emulator', '--link', str(link), '--events']
+    cmd += ['--firmware', firmware]
     proc = subprocess.Popen(
         [*cmd, '--events-file', str(events)],
         env=child_env(),

@@ -461,6 +461,14 @@ def build_arg_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument('--seed', type=int, default=None, help='seed for encoder noise')
     ap.add_argument(
+        '--firmware',
+        choices=('python', 'c'),
+        default='python',
+        help='python: this emulator; c: the C firmware of firmware/ built for the host '
+        '(make firmware-host), which answers in microseconds as a microcontroller does '
+        '(default %(default)s)',
+    )
+    ap.add_argument(
         '--rt-priority',
         type=int,
         default=70,
@@ -528,6 +536,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         if not DEADMAN_RANGE_MS[0] <= args.deadman_ms <= DEADMAN_RANGE_MS[1]:
             raise ValueError(f'--deadman-ms must be in {DEADMAN_RANGE_MS}, got {args.deadman_ms}')
+        if args.firmware == 'c':
+            from rip_control.rig.host_firmware import exec_host_firmware
+
+            return exec_host_firmware(args, params)
         on_event = _event_sink(args.events, args.events_file)
     except (ValueError, FileNotFoundError) as exc:
         print(f'rig_emulator: error: {exc}', file=sys.stderr)

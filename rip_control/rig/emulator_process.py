@@ -76,13 +76,19 @@ class EmulatorProcess:
     :param link: where the emulator links its pty.
     :param args: extra command-line arguments (physics file, faults, ...).
     :param ready_timeout_s: how long to wait for its READY line.
+    :param firmware: ``python`` (the emulator) or ``c`` (the host build of the C firmware).
     """
 
     def __init__(
-        self, link: str | Path, args: list[str] | None = None, ready_timeout_s: float = 10.0
+        self,
+        link: str | Path,
+        args: list[str] | None = None,
+        ready_timeout_s: float = 10.0,
+        firmware: str = 'python',
     ) -> None:
         self.link = Path(link)
-        self.args = list(args or [])
+        self.firmware = firmware
+        self.args = list(args or []) + (['--firmware', firmware] if firmware != 'python' else [])
         self.ready_timeout_s = ready_timeout_s
         self.proc: subprocess.Popen[str] | None = None
         self.device = ''
@@ -138,6 +144,19 @@ class EmulatorProcess:
                 for line in self.lines[start:]:
                     if line.startswith(prefix):
                         return line
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._lines_cond.wait(remaining)
+
+    def wait_for_event(self, what: str, timeout_s: float) -> float | None:
+        """Wait (bounded) for an ``EVENT <t> <what>`` line; its monotonic time ``t``."""
+        deadline = time.monotonic() + timeout_s
+        with self._lines_cond:
+            while True:
+                for line in self.lines:
+                    if line.startswith('EVENT ') and line.split(' ', 2)[2] == what:
+                        return float(line.split(' ', 2)[1])
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None

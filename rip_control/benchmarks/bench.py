@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from rip_control.benchmarks import serial_rt as bench_serial_rt
 from rip_control.files import atomic_write_bytes
 from rip_control.rig.emulator_process import EmulatorProcess, child_env, stop_process
 from rip_control.run.launching import ProcessSpec, ensure_loopback_dds, parse_args
@@ -190,6 +191,7 @@ def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
         'seconds': a.seconds,
         'weights_hz': a.weights_hz,
         'emulator_cpu': a.emulator_cpu,
+        'firmware': a.firmware,
         'node_params': {k: v for k, v in params.items() if k not in ('runs_dir', 'tick_trace')},
         'machine': _machine(),
     }
@@ -198,7 +200,7 @@ def bench_timing(a: argparse.Namespace) -> dict[str, Any]:
     with ExitStack() as stack:
         # The emulator stands in for the rig's microcontroller (SCHED_FIFO 70, unpinned).
         emu_args = ['--cpu', str(a.emulator_cpu)] if a.emulator_cpu >= 0 else []
-        emu = stack.enter_context(EmulatorProcess(workdir / 'rig', emu_args))
+        emu = stack.enter_context(EmulatorProcess(workdir / 'rig', emu_args, firmware=a.firmware))
         params['serial_port'] = str(emu.link)
         print(f'emulator up on {emu.link}; starting load {a.load!r}', flush=True)
         load = stack.enter_context(_Load(a.load, workdir, a.load_nice))
@@ -622,6 +624,16 @@ def bench_bag_roundtrip(a: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
+def bench_serial_roundtrip(a: argparse.Namespace) -> dict[str, Any]:
+    """Serial round trips of both firmwares, under the chosen load."""
+    with _Load(a.load, Path(tempfile.mkdtemp(prefix='rip_rtt_load_')), 0) as load:
+        doc = bench_serial_rt.run(a)
+        doc['load_result'] = load.result()
+    doc['machine'] = _machine()
+    print(bench_serial_rt.roundtrip_table(doc))
+    return doc
+
+
 def timing_table(paths: list[str]) -> str:
     """A markdown table of timing results (what the README shows), from their JSON files."""
 
@@ -660,6 +672,8 @@ def timing_table(paths: list[str]) -> str:
             )
         )
         name = f'{doc["node_params"]["rate_hz"]:g} Hz, {doc["load"]}, {doc["seconds"]:g} s'
+        if doc.get('firmware', 'python') != 'python':
+            name += f', {doc["firmware"].upper()} firmware'
         ratio = doc.get('ratio_to_floor')
         ratio_text = (
             f'{ratio["dt_std_ms"]:.1f}x / {ratio["dt_max_abs_dev_ms"]:.1f}x' if ratio else ''
@@ -708,6 +722,13 @@ def main(argv: list[str] | None = None) -> int:
         default=-1,
         help='pin the emulator to this CPU (default -1: no pinning; measured: pinning it to '
         'the control CPU makes the control loop wait behind it)',
+    )
+    t.add_argument(
+        '--firmware',
+        choices=('python', 'c'),
+        default='python',
+        help='the rig: the Python emulator, or the C firmware built for the host (answers in '
+        'microseconds, as a microcontroller does; make firmware-host)',
     )
     t.add_argument(
         '--node-param',
@@ -777,6 +798,12 @@ def main(argv: list[str] | None = None) -> int:
     bg.add_argument('--transitions', type=int, default=30_000)
     bg.add_argument('--rate', type=float, default=50.0)
     bg.add_argument('--json', default='')
+    rt = sub.add_parser(
+        'serial-roundtrip', help='serial round trips: the Python emulator beside the C firmware'
+    )
+    bench_serial_rt.add_arguments(rt)
+    rtt = sub.add_parser('roundtrip-table', help='markdown table of a serial-roundtrip file')
+    rtt.add_argument('file')
     tb = sub.add_parser('table', help='markdown table of timing result files')
     tb.add_argument('files', nargs='+')
     tt = sub.add_parser('throughput-table', help='markdown table of a learner-throughput file')
@@ -786,6 +813,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.bench == 'table':
         print(timing_table(a.files))
+        return 0
+    if a.bench == 'roundtrip-table':
+        print(bench_serial_rt.roundtrip_table(json.loads(Path(a.file).read_text())))
         return 0
     if a.bench == 'throughput-table':
         print(throughput_table(json.loads(Path(a.file).read_text())))
@@ -812,6 +842,7 @@ def main(argv: list[str] | None = None) -> int:
         'v5': bench_v5.bench_v5,
         'matrix': bench_matrix.bench_matrix,
         'bag-roundtrip': bench_bag_roundtrip,
+        'serial-roundtrip': bench_serial_roundtrip,
     }
     _write_json(a.json, runners[a.bench](a))
     return 0

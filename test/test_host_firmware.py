@@ -207,6 +207,23 @@ MUTATIONS = {
         'voltage was set while the driver is disabled',
     ),
     'no clamp': ('if (mv > max) {', 'if (0) {', 'beyond the motor limit'),
+    'stop input ignored by ENGAGE': (
+        'if (rip_hal_motor_allowed()) {',
+        'if (1) {',
+        'enabled with the emergency stop pressed',
+    ),
+    'stop input not watched': (
+        '} else if (!rip_hal_motor_allowed()) {',
+        '} else if (0) {',
+        'after the emergency stop was pressed',
+    ),
+    'voltage set outside the lock': (
+        '    g_voltage_mv = (int16_t)mv;\n    rip_hal_motor_set_mv((int16_t)mv);\n'
+        '    g_heartbeat_ms = g_ms; /* the heartbeat */\n    rip_hal_irq_unlock(irq);',
+        '    rip_hal_irq_unlock(irq);\n    g_voltage_mv = (int16_t)mv;\n'
+        '    rip_hal_motor_set_mv((int16_t)mv);\n    g_heartbeat_ms = g_ms;',
+        'a voltage was set without the lock',
+    ),
     'buffer overrun': (
         'if (length > RIP_MAX_PAYLOAD) {\n            rx_bad_frame();',
         'if (length > 240u) {\n            rx_bad_frame();',
@@ -240,6 +257,7 @@ def _cross_compilers_or_skip() -> None:
         pytest.skip(f'no {" or ".join(missing)}: install the Debian packages {CROSS_PACKAGES}')
 
 
+@pytest.mark.readme('make firmware')
 def test_make_firmware_builds_the_avr_and_cortex_m4_images_and_prints_their_sizes(tmp_path):
     _cross_compilers_or_skip()
     build = tmp_path / 'build'

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import threading
@@ -44,7 +45,8 @@ def readme_commands() -> list[str]:
     """Commands of the README's shell code blocks (```` ``` ```` or ```` ```sh ````)."""
     text = (REPO / 'README.md').read_text()
     out = []
-    for lang, body in re.findall(r'^```(\w*)\n(.*?)^```', text, re.S | re.M):
+    # Fences may be indented (a code block inside a list item).
+    for lang, body in re.findall(r'^[ \t]*```(\w*)\n(.*?)^[ \t]*```', text, re.S | re.M):
         if lang not in ('', 'sh', 'bash', 'shell'):
             continue
         for line in body.replace('\\\n', ' ').splitlines():
@@ -487,3 +489,123 @@ def test_the_readme_commands_parse_with_the_readme_spelling():
             args = dict(w.split(':=', 1) for w in words if ':=' in w and 'serial_port' not in w)
             params = node_parameters(args)
             assert isinstance(params['rip_control']['rate_hz'], float)
+
+
+# ---- the C firmware ("Building the rig") ------------------------------------------------------
+
+
+@pytest.mark.readme(
+    'python -m rip_control.rig_emulator --firmware c --link /tmp/rip_rig '
+    '--params config/rig_shifted_worn.yaml'
+)
+def test_the_readme_c_firmware_command_serves_and_stops(tmp_path, host_firmware_built):
+    link = tmp_path / 'rig'
+    cmd = (
+        'python -m rip_control.rig_emulator --firmware c --link /tmp/rip_rig '
+        '--params config/rig_shifted_worn.yaml'
+    ).replace('/tmp/rip_rig', str(link))
+    emu = Running(argv(cmd), REPO, child_env())
+    emu.wait_for(r'^READY ', 10)
+    ready = next(line for line in emu.lines if line.startswith('READY '))
+    assert 'C firmware' in ready and link.exists()
+    from rip_control.rig.client import LowLevelClient
+
+    with LowLevelClient(str(link)) as client:  # the worn rig's noisy encoders, through C
+        assert client.device_info.firmware_build == 2
+        client.get_state()
+    assert emu.stop(signal.SIGINT) == 0, emu.text
+    assert not link.exists()
+    assert 'stopped after' in emu.text
+
+
+@pytest.mark.parametrize('firmware', ['c'], indirect=True)
+@pytest.mark.readme('python -m rip_control.rig_check --port /dev/ttyACM0')
+def test_the_readme_first_power_on_check_reads_the_c_firmware(emulator):
+    proc = run_readme(
+        'python -m rip_control.rig_check --port /dev/ttyACM0',
+        {'/dev/ttyACM0': str(emulator.link)},
+        ['--seconds', '1'],
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert 'protocol v1, 2048 counts/rev, deadman 100 ms' in proc.stdout
+    assert 'serial round trip' in proc.stdout
+
+
+@pytest.mark.readme(
+    'avrdude -p atmega2560 -c wiring -P /dev/ttyACM0 -b 115200 -D '
+    '-U flash:w:firmware/build/avr/rip_fw.hex:i'
+)
+def test_the_readme_avrdude_line_flashes_the_image_through_a_megas_bootloader(tmp_path):
+    # No board here: the real avrdude talks to a pty on whose other side the Mega's STK500v2
+    # bootloader is played (test/stk500v2_board.py); the bytes it receives are the image's.
+    from stk500v2_board import Stk500v2Board, parse_ihex
+
+    tools = ('avr-gcc', 'avrdude')
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        message = f'{missing} missing: install gcc-avr avr-libc avrdude (Debian packages)'
+        if os.environ.get('CI') == 'true':
+            pytest.fail(message)
+        pytest.skip(message)
+    built = subprocess.run(
+        ['make', '-C', str(REPO / 'firmware'), 'avr'], capture_output=True, text=True, timeout=300
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    port = tmp_path / 'ttyACM0'
+    with Stk500v2Board(port) as board:
+        proc = run_readme(
+            'avrdude -p atmega2560 -c wiring -P /dev/ttyACM0 -b 115200 -D '
+            '-U flash:w:firmware/build/avr/rip_fw.hex:i',
+            {'/dev/ttyACM0': str(port)},
+            cwd=REPO,
+            timeout=120,
+        )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert 'verified' in proc.stderr
+    image = parse_ihex((REPO / 'firmware' / 'build' / 'avr' / 'rip_fw.hex').read_text())
+    assert len(image) > 1000
+    assert all(board.flash[address] == byte for address, byte in image.items())
+    assert 0x12 not in board.commands, '-D: no chip erase'
+
+
+@pytest.mark.readme(
+    'python -m rip_control.bench serial-roundtrip --rate 500 --seconds 20 --repeats 3'
+)
+def test_the_readme_round_trip_bench_measures_both_firmwares(tmp_path, host_firmware_built):
+    import json
+
+    out = tmp_path / 'rtt.json'
+    proc = run_readme(
+        'python -m rip_control.bench serial-roundtrip --rate 500 --seconds 20 --repeats 3',
+        {},
+        ['--seconds', '1', '--repeats', '1', '--json', str(out)],
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert sorted(r['firmware'] for r in doc['runs']) == ['c', 'python']
+    for run in doc['runs']:
+        assert run['get_state']['n'] >= 400, run  # 500 pairs in 1 s, a few may time out
+        assert 0 < run['get_state']['mean_ms'] < 5
+    assert 'C firmware (host build)' in proc.stdout and 'Python emulator' in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.readme(
+    'python -m rip_control.bench timing --rate 500 --seconds 120 --load sac --firmware c'
+)
+def test_the_readme_500_hz_timing_bench_runs_against_the_c_firmware(tmp_path, host_firmware_built):
+    import json
+
+    out = tmp_path / 'timing.json'
+    proc = run_readme(
+        'python -m rip_control.bench timing --rate 500 --seconds 120 --load sac --firmware c',
+        {},
+        ['--seconds', '3', '--json', str(out)],
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc['firmware'] == 'c' and doc['node_params']['rate_hz'] == 500
+    assert doc['control_node']['n_ticks'] > 0

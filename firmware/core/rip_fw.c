@@ -175,11 +175,17 @@ bool rip_fw_stop_motor(void)
 void rip_fw_tick_1ms(void)
 {
     g_ms++;
-    if (g_engaged && (uint32_t)(g_ms - g_heartbeat_ms) > g_deadman_ms) {
+    if (!g_engaged) {
+        return;
+    }
+    if ((uint32_t)(g_ms - g_heartbeat_ms) > g_deadman_ms) {
         (void)disengage_locked();
         g_deadman_tripped = true;
         g_deadman_trips++;
         rip_hal_event(RIP_EVENT_DEADMAN);
+    } else if (!rip_hal_motor_allowed()) {
+        (void)disengage_locked();
+        rip_hal_event(RIP_EVENT_STOP_INPUT);
     }
 }
 
@@ -227,21 +233,30 @@ static void handle_get_state(uint8_t seq)
     int32_t pend;
     uint32_t t_us;
     uint8_t status;
+    int16_t applied_mv;
+    rip_irq_state_t irq;
     rip_hal_encoders_sample(&arm, &pend, &t_us);
-    status = rip_fw_status();
+    irq = rip_hal_irq_lock(); /* status and voltage from the same instant */
+    status = status_locked();
+    applied_mv = g_engaged ? g_voltage_mv : 0;
+    rip_hal_irq_unlock(irq);
+    if (rip_hal_arm_at_limit()) {
+        status |= RIP_STATUS_ARM_LIMIT;
+    }
     put_u32(p, (uint32_t)arm);
     put_u32(p + 4, (uint32_t)pend);
     put_u32(p + 8, t_us);
     p[12] = status;
     p[13] = g_last_error;
-    put_u16(p + 14, (uint16_t)rip_fw_applied_mv());
+    put_u16(p + 14, (uint16_t)applied_mv);
     g_last_error = RIP_ERR_NONE; /* reported once, then cleared */
     reply(seq, RIP_CMD_GET_STATE, p, sizeof p);
 }
 
 static void handle_set_voltage(uint8_t seq, const uint8_t *payload)
 {
-    int32_t mv = (int16_t)get_u16(payload);
+    uint16_t raw = get_u16(payload);
+    int32_t mv = raw >= 0x8000u ? (int32_t)raw - 65536 : (int32_t)raw; /* int16, portably */
     int32_t max = g_config.max_mv;
     rip_irq_state_t irq = rip_hal_irq_lock();
     if (!g_engaged) {
@@ -265,19 +280,20 @@ static void handle_set_voltage(uint8_t seq, const uint8_t *payload)
 
 static void handle_engage(uint8_t seq)
 {
-    bool was;
     rip_irq_state_t irq = rip_hal_irq_lock();
-    was = g_engaged;
-    g_voltage_mv = 0;
-    rip_hal_motor_set_mv(0); /* zero before the driver is enabled */
-    g_deadman_tripped = false;
-    g_heartbeat_ms = g_ms;
-    g_engaged = true;
-    rip_hal_motor_enable(true);
+    if (rip_hal_motor_allowed()) {
+        bool was = g_engaged;
+        g_voltage_mv = 0;
+        rip_hal_motor_set_mv(0); /* zero before the driver is enabled */
+        g_deadman_tripped = false;
+        g_heartbeat_ms = g_ms;
+        g_engaged = true;
+        rip_hal_motor_enable(true);
+        if (!was) {
+            rip_hal_event(RIP_EVENT_ENGAGED); /* inside: a trip cannot come before it */
+        }
+    } /* else the emergency stop is pressed: the ACK's status shows ENGAGED clear */
     rip_hal_irq_unlock(irq);
-    if (!was) {
-        rip_hal_event(RIP_EVENT_ENGAGED);
-    }
     ack(seq, RIP_CMD_ENGAGE);
 }
 

@@ -35,6 +35,11 @@ bool rip_hal_arm_at_limit(void);
 void rip_hal_motor_enable(bool on);
 void rip_hal_motor_set_mv(int16_t millivolts);
 
+/* False while the emergency stop's sense input says pressed (or its wire is broken): the
+ * core then refuses ENGAGE and the timer disengages within a millisecond. A port without
+ * such an input returns true. Called from main and from timer. */
+bool rip_hal_motor_allowed(void);
+
 /* Send one whole reply frame (at most RIP_MAX_FRAME bytes). May block until queued. */
 void rip_hal_uart_write(const uint8_t *data, uint8_t length);
 
@@ -44,6 +49,7 @@ typedef enum {
     RIP_EVENT_ENGAGED = 1,      /* by ENGAGE */
     RIP_EVENT_DISENGAGED = 2,   /* by DISENGAGE */
     RIP_EVENT_DEADMAN = 3,      /* the deadman disengaged the motor */
+    RIP_EVENT_STOP_INPUT = 4,   /* the emergency stop's input disengaged the motor */
 } rip_event_t;
 void rip_hal_event(rip_event_t event);
 

@@ -14,7 +14,12 @@
  *   - the deadman trips on time: while enabled, the last heartbeat is never more than the
  *     deadman timeout old after a tick, and a trip never comes early;
  *   - the motor never gets a voltage beyond the limit, nor any voltage while disabled;
- *   - every reply is a well-formed frame with a valid CRC.
+ *   - every reply is a well-formed frame with a valid CRC;
+ *   - the motor is never enabled while the emergency-stop input says pressed, and is off
+ *     within one tick of a press;
+ *   - the motor driver is only touched with the lock held (or from the tick), and the tick
+ *     also fires at the points where the main context runs with interrupts on (inside the
+ *     HAL calls the core makes outside its lock), as a real interrupt would.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +38,9 @@ static int g_mv;                        /* what the driver applies */
 static unsigned long g_heartbeat_ms;    /* last enable(true), or voltage set while enabled */
 static long g_engage_credits;           /* valid ENGAGE frames fed and not yet acted on */
 static int g_garbage_only;
+static int g_allowed = 1;               /* the emergency-stop input: released */
+static int g_locked;                    /* interrupts off (the core holds its lock) */
+static int g_in_tick;
 static unsigned long g_input;
 static unsigned long g_n_engages, g_n_trips, g_n_replies, g_n_nacks, g_n_bad_frames;
 
@@ -52,18 +60,53 @@ static unsigned rnd(unsigned n)
 
 /* ---- the checking HAL ------------------------------------------------------------------- */
 
+static void tick(unsigned n);
+static unsigned long g_deadman_now(void);
+
 rip_irq_state_t rip_hal_irq_lock(void)
 {
+    if (g_locked) {
+        fail("the lock was taken twice (the core never nests it)");
+    }
+    g_locked = 1;
     return 0;
 }
 
 void rip_hal_irq_unlock(rip_irq_state_t state)
 {
     (void)state;
+    if (!g_locked) {
+        fail("unlock without lock");
+    }
+    g_locked = 0;
+}
+
+/* An interrupt may fire here: the main context has interrupts on. */
+static void maybe_interrupt(void)
+{
+    if (g_locked) {
+        fail("a HAL call the core makes outside its lock came with the lock held");
+    }
+    if (!g_in_tick && rnd(4) == 0) {
+        tick(1 + rnd(3));
+    }
+}
+
+static void require_locked(const char *what)
+{
+    if (!g_locked && !g_in_tick) {
+        fail(what);
+    }
+}
+
+bool rip_hal_motor_allowed(void)
+{
+    return g_allowed != 0;
 }
 
 void rip_hal_encoders_sample(int32_t *arm, int32_t *pendulum, uint32_t *t_us)
 {
+    maybe_interrupt();
     *arm = (int32_t)(rnd(4001) - 2000);
     *pendulum = (int32_t)rnd(1u << 20) - (1 << 19);
     *t_us = (uint32_t)(g_now_ms * 1000u);
@@ -71,12 +114,17 @@ void rip_hal_encoders_sample(int32_t *arm, int32_t *pendulum, uint32_t *t_us)
 
 bool rip_hal_arm_at_limit(void)
 {
+    maybe_interrupt();
     return rnd(8) == 0;
 }
 
 void rip_hal_motor_enable(bool on)
 {
+    require_locked("the motor was switched without the lock");
     if (on) {
+        if (!g_allowed) {
+            fail("the motor was enabled with the emergency stop pressed");
+        }
         if (g_garbage_only) {
             fail("the motor was enabled in the garbage-only phase");
         }
@@ -95,6 +143,7 @@ void rip_hal_motor_enable(bool on)
 
 void rip_hal_motor_set_mv(int16_t millivolts)
 {
+    require_locked("a voltage was set without the lock");
     if (millivolts > MAX_MV || millivolts < -MAX_MV) {
         fail("a voltage beyond the motor limit reached the driver");
     }
@@ -110,6 +159,7 @@ void rip_hal_motor_set_mv(int16_t millivolts)
 void rip_hal_uart_write(const uint8_t *data, uint8_t length)
 {
     uint16_t crc;
+    maybe_interrupt();
     g_n_replies++;
     if (length < 7 || data[0] != RIP_SYNC1 || data[1] != RIP_SYNC2 ||
         data[2] > RIP_MAX_PAYLOAD || length != 7u + data[2]) {
@@ -132,6 +182,18 @@ void rip_hal_event(rip_event_t event)
     (void)event;
 }
 
+/* The core's deadman, read as the harness (not through the core's lock: the harness is the
+ * hardware here, and rip_fw_deadman_ms() takes the lock). */
+static unsigned long g_deadman_now(void)
+{
+    int was = g_locked;
+    unsigned long ms;
+    g_locked = 0;
+    ms = rip_fw_deadman_ms();
+    g_locked = was;
+    return ms;
+}
+
 /* ---- inputs ----------------------------------------------------------------------------- */
 
 static void feed(const uint8_t *bytes, unsigned n)
@@ -147,20 +209,26 @@ static void feed(const uint8_t *bytes, unsigned n)
 
 static void tick(unsigned n)
 {
+    int outer = g_in_tick;
+    g_in_tick = 1;
     while (n--) {
         int was = g_enabled;
         g_now_ms++;
         rip_fw_tick_1ms();
-        if (was && !g_enabled) {
+        if (was && !g_enabled && g_allowed) {
             g_n_trips++;
-            if (g_now_ms - g_heartbeat_ms <= rip_fw_deadman_ms()) {
+            if (g_now_ms - g_heartbeat_ms <= g_deadman_now()) {
                 fail("the deadman tripped early");
             }
         }
-        if (g_enabled && g_now_ms - g_heartbeat_ms > rip_fw_deadman_ms()) {
+        if (g_enabled && !g_allowed) {
+            fail("still engaged a tick after the emergency stop was pressed");
+        }
+        if (g_enabled && g_now_ms - g_heartbeat_ms > g_deadman_now()) {
             fail("the deadman did not trip on time");
         }
     }
+    g_in_tick = outer;
 }
 
 static void send_frame(uint8_t seq, uint8_t cmd, const uint8_t *payload, uint8_t len)
@@ -176,6 +244,9 @@ static void send_frame(uint8_t seq, uint8_t cmd, const uint8_t *payload, uint8_t
 
 static void one_input(void)
 {
+    if (g_locked) {
+        fail("the core returned with its lock held");
+    }
     uint8_t buf[128];
     uint8_t payload[RIP_MAX_PAYLOAD];
     unsigned i, n;
@@ -275,10 +346,14 @@ int main(int argc, char **argv)
             g_mv = 0;
             /* One power-on in four is a garbage-only phase: no valid ENGAGE is ever sent. */
             g_garbage_only = rnd(4) == 0;
+            g_allowed = 1;
             rip_fw_init(&config);
             if (g_enabled) {
                 fail("power-on left the motor enabled");
             }
+        }
+        if (rnd(50) == 0) {
+            g_allowed = !g_allowed; /* the emergency stop pressed, or released */
         }
         one_input();
     }

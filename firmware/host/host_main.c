@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
@@ -126,6 +127,8 @@ static void emit_event(const char *what)
     }
 }
 
+static volatile sig_atomic_t g_stop; /* SIGINT or SIGTERM came */
+
 /* ---- the plant: "hardware" behind the HAL ----------------------------------------------- */
 
 typedef struct {
@@ -196,10 +199,30 @@ static void plant_advance_locked(double now)
 /* ---- HAL -------------------------------------------------------------------------------- */
 
 static pthread_mutex_t g_irq_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_ticks; /* timer ticks delivered; under g_irq_lock */
+static int g_in_tick;    /* the ticks being delivered may call back into the HAL */
+
+/* Deliver every millisecond tick due by now. A hardware timer never lags; the timer thread
+ * can (a loaded machine), so whoever takes the lock first brings the firmware's clock up to
+ * date: a heartbeat is never stamped with a stale millisecond. Caller holds g_irq_lock. */
+static void catch_up_ticks_locked(void)
+{
+    uint64_t due = (uint64_t)((monotonic_s() - g_t0) * 1000.0);
+    if (g_in_tick) {
+        return;
+    }
+    g_in_tick = 1;
+    while (g_ticks < due) {
+        g_ticks++;
+        rip_fw_tick_1ms();
+    }
+    g_in_tick = 0;
+}
 
 rip_irq_state_t rip_hal_irq_lock(void)
 {
     pthread_mutex_lock(&g_irq_lock);
+    catch_up_ticks_locked();
     return 0;
 }
 
@@ -262,6 +285,11 @@ void rip_hal_motor_enable(bool on)
     pthread_mutex_unlock(&g_plant_lock);
 }
 
+bool rip_hal_motor_allowed(void)
+{
+    return true; /* the host build has no emergency-stop input */
+}
+
 void rip_hal_motor_set_mv(int16_t millivolts)
 {
     pthread_mutex_lock(&g_plant_lock);
@@ -282,6 +310,9 @@ void rip_hal_event(rip_event_t event)
     case RIP_EVENT_DEADMAN:
         emit_event("disengaged deadman");
         break;
+    case RIP_EVENT_STOP_INPUT:
+        emit_event("disengaged stop input");
+        break;
     }
 }
 
@@ -289,7 +320,7 @@ void rip_hal_event(rip_event_t event)
 
 typedef struct {
     double send_at;
-    uint8_t n;
+    uint16_t n;
     uint8_t bytes[RIP_MAX_FRAME + 255];
 } pending_t;
 
@@ -301,18 +332,19 @@ static int g_faults_active;
 
 static void uart_send_now(const uint8_t *data, size_t n)
 {
+    int waits = 0;
     while (n > 0) {
         ssize_t w = write(g_fd, data, n);
         if (w < 0) {
             if (errno == EINTR) {
                 continue;
             }
-            if (errno == EAGAIN) {
+            if (errno == EAGAIN && waits++ < 10 && !g_stop) {
                 struct pollfd p = {g_fd, POLLOUT, 0};
                 poll(&p, 1, 5);
                 continue;
             }
-            return; /* nobody listening: a real UART would drop these bytes too */
+            return; /* nobody reading (for 50 ms), or nobody at all: a UART drops bytes too */
         }
         data += w;
         n -= (size_t)w;
@@ -352,7 +384,7 @@ void rip_hal_uart_write(const uint8_t *data, uint8_t length)
     }
     slot = &g_pending[g_pending_len++];
     slot->send_at = monotonic_s() + delay_s;
-    slot->n = (uint8_t)(garbage + length);
+    slot->n = (uint16_t)(garbage + length);
     {
         unsigned i;
         for (i = 0; i < garbage; i++) {
@@ -373,7 +405,7 @@ static void flush_pending(double now)
 
 /* ---- the timer "interrupt" -------------------------------------------------------------- */
 
-static volatile int g_timer_run = 1;
+static volatile sig_atomic_t g_timer_run = 1;
 
 static void timespec_add_ns(struct timespec *ts, long ns)
 {
@@ -387,25 +419,18 @@ static void timespec_add_ns(struct timespec *ts, long ns)
 static void *timer_thread(void *arg)
 {
     struct timespec next;
-    uint64_t ticks = 0;
     const long period_ns = 1000000L;
     (void)arg;
     clock_gettime(CLOCK_MONOTONIC, &next);
     while (g_timer_run) {
         double now;
-        uint64_t due;
         timespec_add_ns(&next, period_ns);
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) == EINTR) {
         }
         now = monotonic_s();
-        /* A late wake-up ticks the missed milliseconds too: the firmware clock counts real
-         * time, as a hardware timer does. */
-        due = (uint64_t)((now - g_t0) * 1000.0);
+        /* The lock delivers the due ticks (a late wake-up ticks the missed milliseconds
+         * too: the firmware clock counts real time, as a hardware timer does). */
         rip_hal_irq_lock();
-        while (ticks < due) {
-            ticks++;
-            rip_fw_tick_1ms();
-        }
         rip_hal_irq_unlock(0);
         pthread_mutex_lock(&g_plant_lock);
         plant_advance_locked(now);
@@ -415,8 +440,6 @@ static void *timer_thread(void *arg)
 }
 
 /* ---- signals, link ---------------------------------------------------------------------- */
-
-static volatile sig_atomic_t g_stop;
 
 static void on_signal(int sig)
 {
@@ -497,9 +520,12 @@ static void serve(void)
             _exit(3); /* abrupt by design, as when a USB cable is pulled */
         }
         if (g_opt.freeze_after_s > 0.0 && since >= g_opt.freeze_after_s) {
-            /* The serial handler is stuck for good; only the timer interrupt runs on. */
-            while (!g_stop) {
-                pause();
+            /* The serial handler is stuck for good; only the timer interrupt runs on. The
+             * UART still takes bytes off the wire (and drops them), so the host never blocks
+             * writing, as with a real board. */
+            if (poll(&p, 1, IDLE_WAKE_MS) > 0 && (p.revents & POLLIN)) {
+                ssize_t dropped = read(g_fd, buf, sizeof buf);
+                (void)dropped;
             }
             continue;
         }
@@ -666,7 +692,7 @@ static void parse_args(int argc, char **argv, const char **trace)
             g_opt.deadman_ms = (int)parse_long("--deadman-ms", optarg, RIP_DEADMAN_MIN_MS,
                                                RIP_DEADMAN_MAX_MS);
             break;
-        case OPT_SEED: g_opt.seed = parse_long("--seed", optarg, 0, 0x7FFFFFFF); g_opt.have_seed = 1; break;
+        case OPT_SEED: g_opt.seed = parse_long("--seed", optarg, LONG_MIN, LONG_MAX); g_opt.have_seed = 1; break;
         case OPT_RT: g_opt.rt_priority = (int)parse_long("--rt-priority", optarg, 0, 99); break;
         case OPT_CPU: g_opt.cpu = (int)parse_long("--cpu", optarg, -1, 1023); break;
         case OPT_GRACE: g_opt.stop_grace_ms = parse_double("--stop-grace-ms", optarg, 0.0); break;
@@ -755,6 +781,11 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* The Python launcher blocks them across exec so none is lost; one pending arrives now. */
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigprocmask(SIG_UNBLOCK, &block, NULL);
 
     plant_default_params(&g_params);
     parse_args(argc, argv, &trace);

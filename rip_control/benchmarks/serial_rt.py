@@ -6,7 +6,9 @@ For each repeat, each firmware in turn (the order alternates between repeats) is
 behind a pty, engaged, and driven as the control loop drives it: at ``--rate`` Hz, one
 GET_STATE then one SET_VOLTAGE per tick through :class:`~rip_control.rig.client.LowLevelClient`.
 Each request's round trip is timed on the host (write, the device's work, read back and
-parse), and the device process's CPU use is read from ``/proc``. Figures per repeat and
+parse), and the device process's CPU use is read from ``/proc``. A request unanswered within
+the client's 10 ms timeout (the control loop's) is counted, not timed; a deadman trip it
+causes is counted and the rig engaged again. Figures per repeat and
 pooled: mean, std, p50, p99, max in milliseconds.
 """
 
@@ -21,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rip_control.rig.client import LowLevelClient
+from rip_control.rig.client import LowLevelClient, RigProtocolError, RigTimeout
 from rip_control.rig.emulator_process import EmulatorProcess
 
 FIRMWARES = ('python', 'c')
@@ -65,15 +67,21 @@ def measure_one(firmware: str, rate: float, seconds: float, workdir: Path) -> di
             cpu0, wall0 = _cpu_seconds(emu.proc.pid), time.monotonic()
             deadline = wall0
             end = wall0 + seconds
+            n_reengaged = 0
             while deadline < end:
                 deadline += period
                 t0 = time.perf_counter()
-                client.get_state()
-                t1 = time.perf_counter()
-                client.set_voltage(0.0)
-                t2 = time.perf_counter()
-                get_ms.append((t1 - t0) * 1e3)
-                set_ms.append((t2 - t1) * 1e3)
+                try:
+                    client.get_state()
+                    t1 = time.perf_counter()
+                    get_ms.append((t1 - t0) * 1e3)
+                    client.set_voltage(0.0)
+                    set_ms.append((time.perf_counter() - t1) * 1e3)
+                except RigTimeout:
+                    pass  # counted by the client (stats.timeouts)
+                except RigProtocolError:  # NOT_ENGAGED: the deadman tripped meanwhile
+                    client.engage()
+                    n_reengaged += 1
                 pause = deadline - time.monotonic()
                 if pause > 0:
                     time.sleep(pause)
@@ -86,6 +94,7 @@ def measure_one(firmware: str, rate: float, seconds: float, workdir: Path) -> di
         'set_voltage': _summary(np.asarray(set_ms)),
         'device_cpu_share': cpu,
         'timeouts': int(stats.timeouts),
+        'reengaged': n_reengaged,
     }
 
 

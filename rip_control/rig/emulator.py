@@ -539,6 +539,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.firmware == 'c':
             from rip_control.rig.host_firmware import exec_host_firmware
 
+            if stop.requested:  # stopped before it started: nothing to serve, nothing to undo
+                return 0
             return exec_host_firmware(args, params)
         on_event = _event_sink(args.events, args.events_file)
     except (ValueError, FileNotFoundError) as exc:

@@ -17,6 +17,7 @@ from dataclasses import fields
 import os
 from pathlib import Path
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -104,5 +105,13 @@ def exec_host_firmware(args: object, params: PendulumParams) -> int:
     argv = command_line(args, params, binary)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(argv[0], argv)
+    # A SIGINT/SIGTERM from here on stays pending across exec; the C program unblocks it
+    # after installing its own handlers, so it stops cleanly instead of being lost.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        os.execv(argv[0], argv)
+    except OSError as exc:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+        print(f'rig_emulator: error: cannot start {argv[0]}: {exc}', file=sys.stderr)
+        return 2
     return 1  # not reached

@@ -30,6 +30,7 @@ rip_irq_state_t rip_hal_irq_lock(void)
 
 void rip_hal_irq_unlock(rip_irq_state_t state)
 {
+    __asm__ volatile("" ::: "memory"); /* no access moves out of the critical section */
     SREG = (uint8_t)state;
 }
 
@@ -66,14 +67,16 @@ static const int8_t k_quad[16] = {0, -1, 1, 0, 1, 0, 0, -1, -1, 0, 0, 1, 0, 1, -
 
 static void arm_edge(void)
 {
-    uint8_t ab = (uint8_t)(((PINE >> PE4) & 1u) << 1 | ((PINE >> PE5) & 1u));
+    uint8_t pins = PINE; /* both channels from one read */
+    uint8_t ab = (uint8_t)(((pins >> PE4) & 1u) << 1 | ((pins >> PE5) & 1u));
     g_arm += k_quad[(g_arm_ab << 2) | ab];
     g_arm_ab = ab;
 }
 
 static void pend_edge(void)
 {
-    uint8_t ab = (uint8_t)(((PIND >> PD2) & 1u) << 1 | ((PIND >> PD3) & 1u));
+    uint8_t pins = PIND;
+    uint8_t ab = (uint8_t)(((pins >> PD2) & 1u) << 1 | ((pins >> PD3) & 1u));
     g_pend += k_quad[(g_pend_ab << 2) | ab];
     g_pend_ab = ab;
 }
@@ -102,19 +105,34 @@ bool rip_hal_arm_at_limit(void)
 
 /* ---- motor driver (Timer4 PWM, direction, enable) --------------------------------------- */
 
+/* PORTH lies beyond SBI/CBI's reach: every change of it is a read-modify-write, made with
+ * interrupts off. */
 void rip_hal_motor_enable(bool on)
 {
-    if (on) {
-        PORTH |= _BV(BOARD_EN_BIT);
-    } else {
-        PORTH &= (uint8_t)~_BV(BOARD_EN_BIT);
+    ATOMIC_BLOCK(ATOMIC_RESTORESTATE)
+    {
+        if (on) {
+            PORTH |= _BV(BOARD_EN_BIT);
+        } else {
+            PORTH &= (uint8_t)~_BV(BOARD_EN_BIT);
+        }
     }
 }
 
+bool rip_hal_motor_allowed(void)
+{
+    return !(PINH & _BV(BOARD_ESTOP_BIT)); /* high: pressed, or its wire broken */
+}
+
+/* Millivolts per PWM step: full duty (TOP + 1 steps) is the supply voltage. A 16-bit
+ * division, short enough to run with interrupts off. */
+#define MV_PER_STEP (BOARD_SUPPLY_MV / (BOARD_PWM_TOP + 1u))
+typedef char assert_mv_per_step_exact[(MV_PER_STEP * (BOARD_PWM_TOP + 1u) == BOARD_SUPPLY_MV) ? 1 : -1];
+
 void rip_hal_motor_set_mv(int16_t millivolts)
 {
-    uint32_t magnitude = millivolts < 0 ? (uint32_t)(-(int32_t)millivolts) : (uint32_t)millivolts;
-    uint32_t duty = magnitude * (BOARD_PWM_TOP + 1u) / BOARD_SUPPLY_MV;
+    uint16_t magnitude = millivolts < 0 ? (uint16_t)(-(int32_t)millivolts) : (uint16_t)millivolts;
+    uint16_t duty = (uint16_t)(magnitude / MV_PER_STEP);
     if (duty > BOARD_PWM_TOP) {
         duty = BOARD_PWM_TOP;
     }
@@ -125,7 +143,12 @@ void rip_hal_motor_set_mv(int16_t millivolts)
         } else {
             PORTH &= (uint8_t)~_BV(BOARD_DIR_BIT);
         }
-        OCR4A = (uint16_t)duty; /* 16-bit register: written with interrupts off */
+        OCR4A = duty; /* 16-bit register: written with interrupts off */
+        if (duty == 0) {
+            TCCR4A &= (uint8_t)~_BV(COM4A1); /* fast PWM at 0 still pulses once a period */
+        } else {
+            TCCR4A |= _BV(COM4A1);
+        }
     }
 }
 
@@ -134,7 +157,7 @@ void rip_hal_motor_set_mv(int16_t millivolts)
 #define RX_RING 64u /* a power of two; 640 us of bytes at 1 Mbaud */
 static volatile uint8_t g_rx_ring[RX_RING];
 static volatile uint8_t g_rx_head; /* written by the ISR */
-static uint8_t g_rx_tail;          /* main loop only */
+static volatile uint8_t g_rx_tail; /* written by the main loop */
 
 ISR(USART0_RX_vect)
 {
@@ -158,7 +181,7 @@ void rip_hal_uart_write(const uint8_t *data, uint8_t length)
 
 void rip_hal_event(rip_event_t event)
 {
-    /* The Mega's LED (PB7, D13) shows engaged. */
+    /* The Mega's LED (PB7, D13) shows engaged. PORTB is in SBI/CBI's reach: atomic. */
     if (event == RIP_EVENT_ENGAGED) {
         PORTB |= _BV(PB7);
     } else {
@@ -184,11 +207,13 @@ static void board_init(void)
     PORTH |= _BV(BOARD_ESTOP_BIT); /* pull-up on the emergency stop sense */
     DDRB |= _BV(PB7);
 
-    /* Timer4: fast PWM, TOP = ICR4, non-inverting on OC4A, no prescaler: 20 kHz. */
+    /* Timer4: fast PWM with ICR4 as TOP (mode 14, set before ICR4 is written), no
+     * prescaler: 20 kHz. OC4A stays disconnected (pin low) until a duty is set. */
+    TCCR4A = _BV(WGM41);
+    TCCR4B = _BV(WGM43) | _BV(WGM42);
     ICR4 = BOARD_PWM_TOP;
     OCR4A = 0;
-    TCCR4A = _BV(COM4A1) | _BV(WGM41);
-    TCCR4B = _BV(WGM43) | _BV(WGM42) | _BV(CS40);
+    TCCR4B |= _BV(CS40);
 
     /* Timer1: free running at F_CPU / 8 = 2 MHz, overflow interrupt extends it. */
     TCCR1A = 0;
@@ -210,6 +235,7 @@ static void board_init(void)
     EICRB = _BV(ISC40) | _BV(ISC50);
     g_arm_ab = (uint8_t)(((PINE >> PE4) & 1u) << 1 | ((PINE >> PE5) & 1u));
     g_pend_ab = (uint8_t)(((PIND >> PD2) & 1u) << 1 | ((PIND >> PD3) & 1u));
+    EIFR = _BV(INTF2) | _BV(INTF3) | _BV(INTF4) | _BV(INTF5); /* edges seen while setting up */
     EIMSK = _BV(INT2) | _BV(INT3) | _BV(INT4) | _BV(INT5);
 
     /* UART0: 1 Mbaud 8N1, receive interrupt. */
@@ -230,9 +256,8 @@ int main(void)
     wdt_enable(WDTO_60MS);
     sei();
     for (;;) {
-        if (PINH & _BV(BOARD_ESTOP_BIT)) {
-            (void)rip_fw_stop_motor(); /* pressed, or its wire broken: stay off */
-        }
+        /* The emergency stop's sense is read by the core: ENGAGE is refused while pressed,
+         * and the timer disengages within a millisecond of a press (rip_hal_motor_allowed). */
         while (g_rx_tail != g_rx_head) {
             uint8_t byte = g_rx_ring[g_rx_tail];
             g_rx_tail = (uint8_t)((g_rx_tail + 1u) & (RX_RING - 1u));

@@ -121,6 +121,11 @@ void rip_hal_motor_enable(bool on)
     GPIO_BSRR(GPIOB) = on ? (1u << 1) : (1u << (1 + 16));
 }
 
+bool rip_hal_motor_allowed(void)
+{
+    return !(GPIO_IDR(GPIOB) & (1u << 10)); /* PB10 high: stop pressed, or its wire broken */
+}
+
 void rip_hal_motor_set_mv(int16_t millivolts)
 {
     uint32_t magnitude = millivolts < 0 ? (uint32_t)(-(int32_t)millivolts) : (uint32_t)millivolts;
@@ -134,16 +139,21 @@ void rip_hal_motor_set_mv(int16_t millivolts)
 #define RX_RING 64u
 static volatile uint8_t g_rx_ring[RX_RING];
 static volatile uint32_t g_rx_head;
-static uint32_t g_rx_tail;
+static volatile uint32_t g_rx_tail;
 
 void USART2_IRQHandler(void);
 void USART2_IRQHandler(void)
 {
-    uint8_t byte = (uint8_t)USART_DR; /* reading DR clears RXNE (and an overrun) */
-    uint32_t next = (g_rx_head + 1u) & (RX_RING - 1u);
-    if (next != g_rx_tail) {
-        g_rx_ring[g_rx_head] = byte;
-        g_rx_head = next;
+    /* Reading SR then DR clears RXNE and the error flags (overrun, noise, framing): an
+     * overrun left set would keep this interrupt pending for good. */
+    uint32_t sr = USART_SR;
+    uint8_t byte = (uint8_t)USART_DR;
+    if (sr & (1u << 5)) { /* RXNE: a byte came */
+        uint32_t next = (g_rx_head + 1u) & (RX_RING - 1u);
+        if (next != g_rx_tail) {
+            g_rx_ring[g_rx_head] = byte;
+            g_rx_head = next;
+        }
     }
 }
 
@@ -180,7 +190,8 @@ static void board_init(void)
     RCC_APB1ENR |= (1u << 0) | (1u << 1) | (1u << 3) | (1u << 17); /* TIM2 TIM3 TIM5 USART2 */
     RCC_APB2ENR |= (1u << 0);                                     /* TIM1 */
 
-    /* Motor pins first: PB0 direction, PB1 enable, low, outputs; PB10 stop sense, pull-up. */
+    /* Motor pins first: PB0 direction, PB1 enable, low, outputs (an external pull-down holds
+     * enable low through reset); PB10 stop sense, pull-up. */
     GPIO_BSRR(GPIOB) = (1u << 16) | (1u << 17);
     GPIO_MODER(GPIOB) = (GPIO_MODER(GPIOB) & ~0xFu) | 0x5u;
     GPIO_PUPDR(GPIOB) = (GPIO_PUPDR(GPIOB) & ~(3u << 20)) | (1u << 20);
@@ -194,7 +205,8 @@ static void board_init(void)
     GPIO_AFRL(GPIOB) = (GPIO_AFRL(GPIOB) & ~0xFF0000u) | 0x220000u;
     GPIO_PUPDR(GPIOB) = (GPIO_PUPDR(GPIOB) & ~0xF00u) | 0x500u;
 
-    /* Encoders: encoder mode 3 (both edges of both channels), input filter 4 samples. */
+    /* Encoders: encoder mode 3 (both edges of both channels), input filter 3 (8 samples at
+     * f_CK_INT). */
     TIM_CCMR1(TIM2) = (1u << 0) | (1u << 8) | (3u << 4) | (3u << 12);
     TIM_SMCR(TIM2) = 3u;
     TIM_ARR(TIM2) = 0xFFFFFFFFu;
@@ -248,9 +260,6 @@ int main(void)
     (void)irq;
     __asm__ volatile("cpsie i" ::: "memory"); /* interrupts on */
     for (;;) {
-        if (GPIO_IDR(GPIOB) & (1u << 10)) {
-            (void)rip_fw_stop_motor();
-        }
         while (g_rx_tail != g_rx_head) {
             uint8_t byte = g_rx_ring[g_rx_tail];
             g_rx_tail = (g_rx_tail + 1u) & (RX_RING - 1u);

@@ -650,6 +650,8 @@ def timing_table(paths: list[str]) -> str:
                 f'; late {d["late_releases"]} ({d["late_woke_late"]} woke late, '
                 f'{d["late_after_long_work"]} after long work)'
             )
+        if d.get('node_state_at_end', 'active') != 'active':  # it stopped itself: say when
+            text += f'; **stopped after {d.get("active_s", 0):g} s**'
         return text
 
     rows = [

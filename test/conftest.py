@@ -27,8 +27,10 @@ FIRMWARES = ('python', 'c')
 @pytest.fixture(scope='session')
 def host_firmware_built():
     """The host build of the C firmware, (re)built once per session with the system compiler."""
-    from rip_control.rig.host_firmware import build_host_binary
+    from rip_control.rig.host_firmware import BINARY_ENV, build_host_binary
 
+    if os.environ.get(BINARY_ENV):
+        pytest.fail(f"${BINARY_ENV} is set: the tests build and run the repository's own")
     return build_host_binary()
 
 
@@ -48,6 +50,8 @@ def start_emulator(tmp_path, firmware):
 
     def _start(*args: str, name: str = 'rig') -> EmulatorProcess:
         emu = EmulatorProcess(tmp_path / name, list(args), firmware=firmware).start()
+        # The firmware asked for is the one serving (not the Python emulator twice).
+        assert ('C firmware' in emu.ready_line) == (firmware == 'c'), emu.ready_line
         started.append(emu)
         return emu
 

@@ -68,3 +68,61 @@ def test_a_rig_measured_again_supersedes_its_earlier_row() -> None:
     rows = matrix_table([old, new]).splitlines()[2:]
     assert [r.split(' | ')[0] for r in rows] == ['| nominal', '| heavy']
     assert '8.00 s (8.00 s)' in rows[1] and '12.00' not in rows[1]
+
+
+def test_the_readmes_c_firmware_tables_are_generated_from_the_committed_results() -> None:
+    # The README's figures come from bench/results/: regenerating the tables from the JSON
+    # must give back exactly what the README shows.
+    import json
+    from pathlib import Path
+
+    from rip_control.benchmarks.bench import timing_table
+    from rip_control.benchmarks.serial_rt import roundtrip_table
+
+    repo = Path(__file__).resolve().parent.parent
+    readme = (repo / 'README.md').read_text()
+    results = repo / 'bench' / 'results'
+    for name in ('serial_roundtrip_sac.json', 'serial_roundtrip.json'):
+        table = roundtrip_table(json.loads((results / name).read_text()))
+        assert table in readme, name
+        assert table.count('\n') == 3  # header, rule, one row per firmware
+    runs = [
+        str(results / f'timing_500hz_sac_{fw}fw_run{i}.json')
+        for fw in ('c', 'python')
+        for i in (1, 2, 3)
+    ]
+    assert timing_table(runs) in readme
+
+
+def test_the_round_trip_table_shows_the_spread_over_repeats() -> None:
+    from rip_control.benchmarks.serial_rt import roundtrip_table
+
+    def run(firmware: str, mean: float, repeat: int) -> dict:
+        figures = {
+            'n': 10,
+            'mean_ms': mean,
+            'std_ms': 0.1,
+            'p50_ms': mean,
+            'p99_ms': 2 * mean,
+            'max_ms': 5 * mean,
+        }
+        return {
+            'firmware': firmware,
+            'repeat': repeat,
+            'get_state': figures,
+            'set_voltage': figures,
+            'device_cpu_share': 0.05,
+            'timeouts': repeat,
+        }
+
+    doc = {
+        'rate_hz': 500.0,
+        'load': 'sac',
+        'repeats': 2,
+        'seconds': 20.0,
+        'runs': [run('python', 0.3, 0), run('c', 0.1, 0), run('c', 0.2, 1), run('python', 0.3, 1)],
+    }
+    rows = roundtrip_table(doc).splitlines()
+    assert rows[2].startswith('| Python emulator | 0.300 ms | 0.600 ms | 1.500 ms |')
+    assert rows[3].startswith('| C firmware (host build) | 0.100-0.200 ms | 0.200-0.400 ms')
+    assert rows[3].endswith('| 5.0 % | 1 |')

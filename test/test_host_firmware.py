@@ -224,6 +224,11 @@ MUTATIONS = {
         '    rip_hal_motor_set_mv((int16_t)mv);\n    g_heartbeat_ms = g_ms;',
         'a voltage was set without the lock',
     ),
+    'short payload accepted': (
+        'if (length != request_length(cmd)) {',
+        'if (length > request_length(cmd)) {',
+        'a voltage no well-formed SET_VOLTAGE asked for',
+    ),
     'buffer overrun': (
         'if (length > RIP_MAX_PAYLOAD) {\n            rx_bad_frame();',
         'if (length > 240u) {\n            rx_bad_frame();',
@@ -276,5 +281,64 @@ def test_make_firmware_builds_the_avr_and_cortex_m4_images_and_prints_their_size
     assert len(sizes) == 2, text
     avr_text, avr_data, avr_bss = (int(x) for x in sizes[0][:3])
     assert avr_text + avr_data < 256 * 1024 and avr_data + avr_bss < 8 * 1024
+    arm_text, arm_data, arm_bss = (int(x) for x in sizes[1][:3])
+    assert arm_text + arm_data < 512 * 1024 and arm_data + arm_bss < 128 * 1024
+    # The Cortex-M image starts with its vector table: the initial stack pointer in RAM,
+    # then the reset handler's address in flash with the Thumb bit set.
+    import struct
+
+    image = (build / 'cm4' / 'rip_fw.bin').read_bytes()
+    stack, reset = struct.unpack_from('<II', image)
+    assert 0x20000000 < stack <= 0x20020000
+    assert reset & 1 and 0x08000000 <= reset - 1 < 0x08000000 + len(image)
     hex_text = (build / 'avr' / 'rip_fw.hex').read_text()
     assert hex_text.startswith(':') and hex_text.rstrip().endswith(':00000001FF')
+
+
+@pytest.mark.parametrize('firmware', ['c'], indirect=True)
+def test_the_emergency_stop_input_disengages_at_once_and_refuses_engage(start_emulator):
+    # The host build plays the stop's sense input with signals (SIGUSR1 pressed, SIGUSR2
+    # released); the core reads it as the boards do (rip_hal_motor_allowed).
+    import signal
+    import time
+
+    from rip_control.rig.client import LowLevelClient, RigProtocolError
+    from rip_control.rig.protocol import ErrorCode, Status
+
+    emu = start_emulator('--events')
+    with LowLevelClient(str(emu.link)) as client:
+        client.engage()
+        client.set_voltage(2.0)
+        pressed = time.monotonic()
+        emu.signal(signal.SIGUSR1)
+        off = emu.wait_for_event('disengaged stop input', timeout_s=2.0)
+        assert off is not None, emu.events()
+        assert off - pressed < 0.05
+        assert not client.get_state().engaged
+        assert not client.engage().status & Status.ENGAGED, 'ENGAGE refused while pressed'
+        with pytest.raises(RigProtocolError) as err:
+            client.set_voltage(1.0)
+        assert err.value.error == ErrorCode.NOT_ENGAGED
+    # README, first power-on, step 2: rig_check must end saying so (the port is exclusive).
+    check = subprocess.run(
+        [
+            sys.executable,
+            '-m',
+            'rip_control.rig_check',
+            '--port',
+            str(emu.link),
+            '--seconds',
+            '1',
+        ],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+    )
+    assert check.returncode == 1 and 'refused SET_VOLTAGE: NOT_ENGAGED' in check.stderr
+    with LowLevelClient(str(emu.link)) as client:
+        emu.signal(signal.SIGUSR2)  # released: engaging works again
+        deadline = time.monotonic() + 2.0
+        while not client.engage().status & Status.ENGAGED:
+            assert time.monotonic() < deadline, 'still refused after the release'
+        client.disengage_motor()

@@ -512,7 +512,9 @@ def test_the_readme_c_firmware_command_serves_and_stops(tmp_path, host_firmware_
 
     with LowLevelClient(str(link)) as client:  # the worn rig's noisy encoders, through C
         assert client.device_info.firmware_build == 2
-        client.get_state()
+        # The worn rig's encoders have 1 count of noise: the file's values reached the plant.
+        readings = {client.get_state().pendulum_counts for _ in range(50)}
+        assert len(readings) > 1, readings
     assert emu.stop(signal.SIGINT) == 0, emu.text
     assert not link.exists()
     assert 'stopped after' in emu.text
@@ -541,15 +543,19 @@ def test_the_readme_avrdude_line_flashes_the_image_through_a_megas_bootloader(tm
     # bootloader is played (test/stk500v2_board.py); the bytes it receives are the image's.
     from stk500v2_board import Stk500v2Board, parse_ihex
 
-    tools = ('avr-gcc', 'avrdude')
+    tools = ('avr-gcc', 'arm-none-eabi-gcc', 'avrdude')
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
-        message = f'{missing} missing: install gcc-avr avr-libc avrdude (Debian packages)'
+        message = (
+            f'{missing} missing: install gcc-avr avr-libc gcc-arm-none-eabi '
+            'libnewlib-arm-none-eabi avrdude (Debian packages)'
+        )
         if os.environ.get('CI') == 'true':
             pytest.fail(message)
         pytest.skip(message)
+    # The README's first line, as spelled: it leaves the image where the second flashes it.
     built = subprocess.run(
-        ['make', '-C', str(REPO / 'firmware'), 'avr'], capture_output=True, text=True, timeout=300
+        ['make', 'firmware'], cwd=REPO, capture_output=True, text=True, timeout=300
     )
     assert built.returncode == 0, built.stdout + built.stderr
     port = tmp_path / 'ttyACM0'
@@ -608,4 +614,4 @@ def test_the_readme_500_hz_timing_bench_runs_against_the_c_firmware(tmp_path, ho
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
     assert doc['firmware'] == 'c' and doc['node_params']['rate_hz'] == 500
-    assert doc['control_node']['n_ticks'] > 0
+    assert doc['control_node']['n_ticks'] >= 500  # 3 s at 500 Hz, loosely

@@ -43,11 +43,17 @@ def test_ping_reports_protocol_and_limits(emulator):
 
 
 def test_firmware_time_advances_with_wall_time(emulator):
+    # Each sample is taken somewhere between its request's send and its reply: bracket it.
     with LowLevelClient(str(emulator.link)) as client:
-        t0, w0 = client.get_state().timestamp_us, time.monotonic()
-        time.sleep(0.2)
-        t1, w1 = client.get_state().timestamp_us, time.monotonic()
-    assert (t1 - t0) / 1e6 == pytest.approx(w1 - w0, abs=0.005)
+        sent0 = time.monotonic()
+        t0 = client.get_state().timestamp_us
+        got0 = time.monotonic()
+        time.sleep(0.2)  # the span being measured, not a synchronisation
+        sent1 = time.monotonic()
+        t1 = client.get_state().timestamp_us
+        got1 = time.monotonic()
+    step = 0.001  # the firmware's clock advances in physics steps (0.5 ms at 2 kHz)
+    assert sent1 - got0 - step <= (t1 - t0) / 1e6 <= got1 - sent0 + step
 
 
 def test_voltage_without_engage_is_refused_and_motor_stays_off(emulator):
@@ -71,19 +77,26 @@ def test_voltage_moves_the_arm_in_its_direction(emulator, volts):
 
 
 def test_deadman_disengages_after_its_timeout_when_the_host_goes_quiet(emulator):
+    # The heartbeat was processed between its send and its ACK; each state between its
+    # request's send and its reply. Bracketing both keeps the bounds free of reply delays.
     with LowLevelClient(str(emulator.link)) as client:
         client.engage()
+        heartbeat_sent = time.monotonic()
         client.set_voltage(1.0)
-        last_heartbeat = time.monotonic()
+        heartbeat_acked = time.monotonic()
+        last_engaged_sent = heartbeat_acked
         while True:  # GET_STATE is not a heartbeat
+            sent = time.monotonic()
             state = client.get_state()
+            got = time.monotonic()
             if not state.engaged:
                 break
-            assert time.monotonic() - last_heartbeat < 0.5, 'deadman never tripped'
+            last_engaged_sent = sent
+            assert got - heartbeat_sent < 0.5, 'deadman never tripped'
             time.sleep(0.002)
-        elapsed = time.monotonic() - last_heartbeat
         assert state.status & Status.DEADMAN_TRIPPED
-        assert 0.095 <= elapsed <= 0.15
+        assert got - heartbeat_sent >= 0.1, 'tripped before its timeout'
+        assert last_engaged_sent - heartbeat_acked <= 0.1 + 0.05, 'tripped late'
         client.engage()  # engage clears the latch
         assert not client.get_state().status & Status.DEADMAN_TRIPPED
 
@@ -139,13 +152,15 @@ def test_a_stalled_reply_times_out_and_is_discarded_as_stale(start_emulator):
         except RigTimeout:
             outcomes.append('timeout')
         time.sleep(0.03)
-    assert 'timeout' in outcomes and outcomes[-1] == 'ok'
+    assert 'timeout' in outcomes and outcomes.count('ok') >= 6
+    time.sleep(0.06 + 0.02)  # a reply still held back by the stall comes out meanwhile
+    client.get_state()  # served again, the stale reply discarded
     assert client.stats.stale_replies >= 1
     client.close()
 
 
 def test_a_frozen_firmware_gives_bounded_timeouts_not_a_hang(start_emulator):
-    emu = start_emulator('--freeze-after', '0.3')
+    emu = start_emulator('--freeze-after', '1.0')
     client = _open(emu, timeout_s=0.02)
     deadline = time.monotonic() + 2.0
     with pytest.raises(RigTimeout):
@@ -160,7 +175,7 @@ def test_a_frozen_firmware_gives_bounded_timeouts_not_a_hang(start_emulator):
 
 
 def test_an_abruptly_exiting_emulator_gives_rig_disconnected(start_emulator):
-    emu = start_emulator('--exit-after', '0.3')
+    emu = start_emulator('--exit-after', '1.0')
     client = _open(emu, timeout_s=0.02)
     deadline = time.monotonic() + 3.0
     with pytest.raises(RigDisconnected):
@@ -273,14 +288,28 @@ def test_the_emulator_serves_on_when_the_reader_of_its_output_dies(tmp_path, fir
     assert whats == ['engaged command', 'disengaged command', 'powered down']
 
 
-def test_an_idle_emulator_wakes_rarely_not_once_per_physics_step(emulator):
+def test_an_idle_emulator_wakes_rarely_not_once_per_physics_step(emulator, firmware):
     # It runs at real-time priority: a wake-up per physics step (2 kHz) cost 8 % of a core
-    # per emulator and starved a 3-rig run. Physics catches up on each wake instead.
-    def switches():
-        status = Path(f'/proc/{emulator.proc.pid}/status').read_text()
-        return int(status.split('voluntary_ctxt_switches:')[1].split()[0])
+    # per emulator and starved a 3-rig run. Physics catches up on each wake instead. The C
+    # firmware has a 1 kHz timer thread by design (a microcontroller's timer interrupt);
+    # its serial loop must still wake rarely.
+    tasks = Path(f'/proc/{emulator.proc.pid}/task')
+
+    def switches() -> dict[str, int]:
+        out = {}
+        for task in tasks.iterdir():
+            status = (task / 'status').read_text()
+            out[task.name] = int(status.split('voluntary_ctxt_switches:')[1].split()[0])
+        return out
 
     before, t0 = switches(), time.monotonic()
     time.sleep(2.0)  # measuring a rate over a span: the span is the point
-    rate = (switches() - before) / (time.monotonic() - t0)
-    assert rate < 300, f'{rate:.0f} wake-ups/s'
+    after, span = switches(), time.monotonic() - t0
+    rates = {tid: (after[tid] - before.get(tid, 0)) / span for tid in after}
+    main = rates[str(emulator.proc.pid)]
+    assert main < 300, f'serial loop: {main:.0f} wake-ups/s'
+    total = sum(rates.values())
+    if firmware == 'c':
+        assert len(rates) == 2 and total < 1300, f'{rates} wake-ups/s by thread'
+    else:
+        assert total < 300, f'{rates} wake-ups/s by thread'

@@ -38,6 +38,11 @@ static int g_mv;                        /* what the driver applies */
 static unsigned long g_heartbeat_ms;    /* last enable(true), or voltage set while enabled */
 static long g_engage_credits;           /* valid ENGAGE frames fed and not yet acted on */
 static int g_garbage_only;
+/* Voltages that well-formed SET_VOLTAGE frames asked for (clamped), not yet applied: the
+ * motor may only ever get one of these, or 0. */
+#define N_VOLTAGE_CREDITS 64
+static int g_voltage_credits[N_VOLTAGE_CREDITS];
+static unsigned g_n_voltage_credits;
 static int g_allowed = 1;               /* the emergency-stop input: released */
 static int g_locked;                    /* interrupts off (the core holds its lock) */
 static int g_in_tick;
@@ -150,6 +155,18 @@ void rip_hal_motor_set_mv(int16_t millivolts)
     if (!g_enabled && millivolts != 0) {
         fail("a voltage was set while the driver is disabled");
     }
+    if (millivolts != 0) {
+        unsigned i;
+        for (i = 0; i < g_n_voltage_credits; i++) {
+            if (g_voltage_credits[i] == millivolts) {
+                break;
+            }
+        }
+        if (i == g_n_voltage_credits) {
+            fail("a voltage no well-formed SET_VOLTAGE asked for reached the driver");
+        }
+        g_voltage_credits[i] = g_voltage_credits[--g_n_voltage_credits];
+    }
     if (g_enabled) {
         g_heartbeat_ms = g_now_ms;
     }
@@ -239,6 +256,14 @@ static void send_frame(uint8_t seq, uint8_t cmd, const uint8_t *payload, uint8_t
         /* Counted before feeding: the frame's last byte is what engages. */
         g_engage_credits++;
     }
+    if (cmd == RIP_CMD_SET_VOLTAGE && len == 2) {
+        int mv = (int16_t)(uint16_t)(payload[0] | (payload[1] << 8));
+        mv = mv > MAX_MV ? MAX_MV : (mv < -MAX_MV ? -MAX_MV : mv);
+        if (g_n_voltage_credits == N_VOLTAGE_CREDITS) {
+            g_n_voltage_credits--; /* forget the oldest-ish: stale credits only weaken */
+        }
+        g_voltage_credits[g_n_voltage_credits++] = mv;
+    }
     feed(frame, n);
 }
 
@@ -316,6 +341,12 @@ static void one_input(void)
             payload[1] = (uint8_t)(ms >> 8);
             len = 2;
         }
+        if (rnd(8) == 0) {
+            len = (uint8_t)rnd(4); /* a wrong length now and then: 0..3 bytes */
+            if (g_garbage_only && cmd == RIP_CMD_ENGAGE && len == 0) {
+                len = 1;
+            }
+        }
         send_frame((uint8_t)rnd(256), cmd, payload, len);
         break;
     }
@@ -342,6 +373,7 @@ int main(int argc, char **argv)
             }
             g_now_ms = 0;
             g_engage_credits = 0;
+            g_n_voltage_credits = 0;
             g_enabled = 1; /* init must disable it */
             g_mv = 0;
             /* One power-on in four is a garbage-only phase: no valid ENGAGE is ever sent. */

@@ -9,6 +9,8 @@
  * lock that stands in for disabled interrupts). The plant advances in fixed physics steps
  * locked to CLOCK_MONOTONIC, caught up whenever the HAL touches it and at every timer tick.
  *
+ * The emergency-stop input is played by signals: SIGUSR1 presses it, SIGUSR2 releases it.
+ *
  * --plant-trace TH,AL,TD,AD runs the plant alone, for the tests that compare it with
  * rip_control/rig/dynamics.py: stdin lines "VOLTAGE ENGAGED STEPS", one state line out each.
  */
@@ -285,9 +287,17 @@ void rip_hal_motor_enable(bool on)
     pthread_mutex_unlock(&g_plant_lock);
 }
 
+/* The emergency-stop input, played by signals: SIGUSR1 presses it, SIGUSR2 releases it. */
+static volatile sig_atomic_t g_stop_input_pressed;
+
+static void on_stop_input(int sig)
+{
+    g_stop_input_pressed = sig == SIGUSR1;
+}
+
 bool rip_hal_motor_allowed(void)
 {
-    return true; /* the host build has no emergency-stop input */
+    return !g_stop_input_pressed;
 }
 
 void rip_hal_motor_set_mv(int16_t millivolts)
@@ -780,6 +790,9 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sa.sa_handler = on_stop_input;
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     /* The Python launcher blocks them across exec so none is lost; one pending arrives now. */
     sigemptyset(&block);

@@ -92,6 +92,12 @@ def test_the_readmes_c_firmware_tables_are_generated_from_the_committed_results(
         for i in (1, 2, 3)
     ]
     assert timing_table(runs) in readme
+    more = [
+        str(results / f'timing_500hz_sac_cfw{pin}_rep{i}.json')
+        for pin in ('', '_pinned')
+        for i in (1, 2, 3, 4)
+    ]
+    assert timing_table(more) in readme
 
 
 def test_the_round_trip_table_shows_the_spread_over_repeats() -> None:

@@ -676,6 +676,8 @@ def timing_table(paths: list[str]) -> str:
         name = f'{doc["node_params"]["rate_hz"]:g} Hz, {doc["load"]}, {doc["seconds"]:g} s'
         if doc.get('firmware', 'python') != 'python':
             name += f', {doc["firmware"].upper()} firmware'
+        if doc.get('emulator_cpu', -1) >= 0:
+            name += f' on CPU {doc["emulator_cpu"]}'
         ratio = doc.get('ratio_to_floor')
         ratio_text = (
             f'{ratio["dt_std_ms"]:.1f}x / {ratio["dt_max_abs_dev_ms"]:.1f}x' if ratio else ''

@@ -20,6 +20,7 @@ import sys
 import pytest
 
 from rip_control.rig.dynamics import FurutaDynamics, PendulumParams
+from rip_control.rig.emulator import build_arg_parser
 from rip_control.rig.emulator_process import child_env
 from rip_control.rig.host_firmware import FIRMWARE_DIR, command_line
 
@@ -34,28 +35,7 @@ ANGLE_TOLERANCE_RAD = 1e-9
 
 
 def _trace_c(binary: Path, params: PendulumParams, start, blocks) -> list[list[float]]:
-    class _Args:
-        pass
-
-    args = _Args()
-    for name in (
-        'link',
-        'deadman_ms',
-        'seed',
-        'rt_priority',
-        'cpu',
-        'stop_grace_ms',
-        'events_file',
-        'drop_every',
-        'garbage_every',
-        'garbage_bytes',
-        'stall_every',
-        'stall_ms',
-        'freeze_after',
-        'exit_after',
-        'faults_after',
-    ):
-        setattr(args, name, None)
+    args = build_arg_parser().parse_args([])  # the emulator's defaults; trace mode ignores them
     argv = command_line(args, params, binary) + ['--plant-trace', ','.join(map(repr, start))]
     stdin = ''.join(f'{v!r} {int(engaged)} {steps}\n' for v, engaged, steps in blocks)
     out = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=60)

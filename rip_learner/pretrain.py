@@ -77,6 +77,13 @@ OPTIONS = (
     Param('ramp_steps', 20_000, 'curriculum: steps to reach final_upright_share', 0, 10_000_000),
     Param('final_upright_share', 0.2, 'curriculum: upright starts after the ramp', 0.0, 1.0),
     Param('randomize', True, 'domain randomisation of the physics per episode'),
+    Param(
+        'randomization',
+        'standard',
+        "physics ranges when randomising: 'standard' (a second unit's tolerances) or 'wide' "
+        '(also a worn actuator: more friction, dead zone, damping, noise and up to 1.25 ticks '
+        'of sensing latency)',
+    ),
     Param('eval_every', 5000, 'steps between evaluations', 100, 10_000_000),
     Param('eval_episodes', 4, 'episodes per evaluation (nominal and randomised each)', 1, 100),
     Param('eval_seconds', 10.0, 'evaluation episode length, s', 1.0, 600.0),
@@ -137,6 +144,34 @@ class Randomization:
             encoder_noise_counts=u(self.encoder_noise_counts),
             sensing_latency_s=u(self.sensing_latency_periods) * period_s,
         )
+
+
+#: The ranges by name (the ``randomization`` option). ``wide`` keeps the masses and lengths of
+#: ``standard`` and widens what wears: friction, dead zone, winding resistance, arm damping,
+#: encoder noise and read-out latency. ``config/rig_shifted_worn.yaml`` lies inside it;
+#: ``config/rig_shifted_heavy.yaml`` (masses, lengths) and ``config/rig_shifted_stuck.yaml``
+#: (friction, dead zone, latency) stay outside.
+RANDOMIZATIONS = {
+    'standard': Randomization(),
+    'wide': Randomization(
+        motor_resistance_scale=(0.9, 1.25),
+        arm_damping_scale=(0.5, 5.0),
+        arm_coulomb_friction_nm=(0.0, 0.005),
+        motor_dead_zone_v=(0.0, 0.8),
+        encoder_noise_counts=(0.0, 1.2),
+        sensing_latency_periods=(0.0, 1.25),
+    ),
+}
+
+
+def randomization_named(name: str) -> Randomization:
+    """The preset called ``name``, or a ValueError naming the choices."""
+    try:
+        return RANDOMIZATIONS[name]
+    except KeyError:
+        raise ValueError(
+            f'randomization: {name!r} is not one of {sorted(RANDOMIZATIONS)}'
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -282,7 +317,8 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     task = TaskConfig(rate_hz=rate, episode_seconds=opts['episode_seconds'])
     eval_task = replace(task, episode_seconds=opts['eval_seconds'])
-    randomization = Randomization() if opts['randomize'] else None
+    ranges = randomization_named(opts['randomization'])
+    randomization = ranges if opts['randomize'] else None
     curriculum = Curriculum(opts['balance_steps'], opts['ramp_steps'], opts['final_upright_share'])
     cfg = SacConfig(
         hidden_sizes=tuple(int(h) for h in opts['hidden_sizes']),
@@ -322,7 +358,7 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
             'trained_in': 'simulation',
             'pretrain_steps': str(tag_step),
             'pretrain_seed': str(opts['seed']),
-            'domain_randomization': str(bool(randomization)),
+            'domain_randomization': opts['randomization'] if randomization else 'off',
         }
         actor = encode_actor(actor_meta(cfg, version, rate), actor_tensors(model), extra)
         atomic_write_bytes(out / POLICY_FILE, actor)
@@ -354,9 +390,7 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
             self.next_eval += opts['eval_every']
             e0 = time.monotonic()
             nominal = evaluate_sim(act, eval_task, opts['eval_episodes'], 10_000)
-            randomised = evaluate_sim(
-                act, eval_task, opts['eval_episodes'], 20_000, Randomization()
-            )
+            randomised = evaluate_sim(act, eval_task, opts['eval_episodes'], 20_000, ranges)
             eval_s += time.monotonic() - e0
             nom, ran = summarize(nominal), summarize(randomised)
             train_returns = [e['r'] for e in list(self.model.ep_info_buffer or [])[-10:]]
@@ -417,14 +451,14 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
         f'pre-training at {rate:g} Hz in {out}: up to {opts["steps"]} steps or '
         f'{opts["time_limit_s"]:g} s; nets {list(cfg.hidden_sizes)}, batch {cfg.batch_size}, '
         f'{opts["gradient_steps"]} update(s) per {opts["train_freq"]} step(s), '
-        f'randomisation {"on" if randomization else "off"}'
+        f'randomisation {opts["randomization"] if randomization else "off"}'
     )
     model.learn(total_timesteps=opts['steps'], callback=progress)
     elapsed = time.monotonic() - t0
     stopped_by = progress.stop or f'{opts["steps"]} steps'
     if best['score'] == -math.inf:  # never evaluated: save what there is
         nominal = evaluate_sim(act, eval_task, opts['eval_episodes'], 10_000)
-        randomised = evaluate_sim(act, eval_task, opts['eval_episodes'], 20_000, Randomization())
+        randomised = evaluate_sim(act, eval_task, opts['eval_episodes'], 20_000, ranges)
         save(model.num_timesteps, -1.0, nominal, randomised)
     summary = {
         'command': 'python -m rip_learner.pretrain',
@@ -435,7 +469,8 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
         'steps': model.num_timesteps,
         'stopped_by': stopped_by,
         'best': {k: v for k, v in best.items() if k != 'score'},
-        'randomization': asdict(Randomization()) if randomization else None,
+        'randomization': asdict(ranges) if randomization else None,
+        'randomization_name': opts['randomization'] if randomization else None,
         'curriculum': asdict(curriculum),
         'task': asdict(task),
         'curve': rows,
@@ -464,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         opts = parse_options(argv, OPTIONS)
+        randomization_named(opts['randomization'])
     except ValueError as exc:
         print(f'pretrain: {exc}', file=sys.stderr)
         return 2

@@ -90,7 +90,7 @@ def build_sac(
         ``train_freq``, ``gradient_steps``...).
     """
     from stable_baselines3 import SAC
-    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.logger import Logger
     import torch
 
     torch.set_num_threads(cfg.torch_threads)
@@ -110,7 +110,8 @@ def build_sac(
         verbose=0,
         **sac_kwargs,
     )
-    model.set_logger(configure(None, []))
+    # SB3's configure() would make a /tmp/SB3-<date> folder for every model; nothing is written.
+    model.set_logger(Logger(folder=None, output_formats=[]))
     return model
 
 

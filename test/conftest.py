@@ -21,6 +21,27 @@ os.environ.setdefault('ROS_DOMAIN_ID', str(100 + os.getpid() % 100))
 os.environ['PYTHONFAULTHANDLER'] = '1'
 
 
+@pytest.fixture(scope='session', autouse=True)
+def _temporary_files_under_pytest(tmp_path_factory):
+    """Temporary files of the tests and their processes go under pytest's base folder.
+
+    SB3, launch_ros's parameter files and the benchmarks' work folders would otherwise pile
+    up in /tmp; pytest prunes its own base folders.
+    """
+    import tempfile
+
+    folder = tmp_path_factory.mktemp('tmpdir')
+    before = os.environ.get('TMPDIR')
+    os.environ['TMPDIR'] = str(folder)
+    tempfile.tempdir = None  # re-read TMPDIR
+    yield
+    if before is None:
+        os.environ.pop('TMPDIR', None)
+    else:
+        os.environ['TMPDIR'] = before
+    tempfile.tempdir = None
+
+
 FIRMWARES = ('python', 'c')
 
 

@@ -70,6 +70,51 @@ def test_shifted_rigs_load_and_differ_from_the_simulator_beyond_its_randomisatio
     assert any(outside), f'{path.name} lies inside the pre-training randomisation'
 
 
+def _inside(rig: PendulumParams, r: Randomization) -> bool:
+    """Whether every parameter ``r`` randomises is within its range for ``rig``."""
+    base = PendulumParams()
+    scales = {
+        'pendulum_mass_scale': rig.pendulum_mass_kg / base.pendulum_mass_kg,
+        'pendulum_length_scale': rig.pendulum_length_m / base.pendulum_length_m,
+        'arm_mass_scale': rig.arm_mass_kg / base.arm_mass_kg,
+        'motor_resistance_scale': rig.motor_resistance_ohm / base.motor_resistance_ohm,
+        'arm_damping_scale': rig.arm_viscous_damping_nms_per_rad
+        / base.arm_viscous_damping_nms_per_rad,
+        'pendulum_damping_scale': rig.pendulum_viscous_damping_nms_per_rad
+        / base.pendulum_viscous_damping_nms_per_rad,
+        'arm_coulomb_friction_nm': rig.arm_coulomb_friction_nm,
+        'motor_dead_zone_v': rig.motor_dead_zone_v,
+        'encoder_noise_counts': rig.encoder_noise_counts,
+        'sensing_latency_periods': rig.sensing_latency_s / 0.02,
+    }
+    assert set(scales) == {f.name for f in fields(r)}
+    return all(
+        lo - 1e-12 <= scales[k] <= hi + 1e-12
+        for k, (lo, hi) in ((k, getattr(r, k)) for k in scales)
+    )
+
+
+def test_the_wide_randomisation_covers_the_worn_rig_and_not_the_heavy_or_stuck_one():
+    wide, standard = pretrain.RANDOMIZATIONS['wide'], pretrain.RANDOMIZATIONS['standard']
+    assert standard == Randomization()
+    rigs = {p.stem: PendulumParams.from_yaml(p) for p in SHIFTED}
+    assert _inside(rigs['rig_shifted_worn'], wide)
+    assert not _inside(rigs['rig_shifted_worn'], standard)
+    assert not _inside(rigs['rig_shifted_heavy'], wide)
+    assert not _inside(rigs['rig_shifted_stuck'], wide)
+    assert _inside(PendulumParams(), wide) and _inside(PendulumParams(), standard)
+    # wide only widens: every standard range lies inside the wide one
+    for f in fields(standard):
+        (lo, hi), (wlo, whi) = getattr(standard, f.name), getattr(wide, f.name)
+        assert wlo <= lo and hi <= whi, f.name
+
+
+def test_an_unknown_randomisation_is_refused_by_name_before_training(tmp_path, capsys):
+    assert pretrain.main([f'out:={tmp_path / "x"}', 'randomization:=broad']) == 2
+    assert "randomization: 'broad' is not one of ['standard', 'wide']" in capsys.readouterr().err
+    assert not (tmp_path / 'x').exists()
+
+
 def test_there_are_at_least_two_shifted_rigs_and_a_bad_key_is_named(tmp_path):
     assert len(SHIFTED) >= 2
     bad = tmp_path / 'rig.yaml'

@@ -132,3 +132,22 @@ def test_the_round_trip_table_shows_the_spread_over_repeats() -> None:
     assert rows[2].startswith('| Python emulator | 0.300 ms | 0.600 ms | 1.500 ms |')
     assert rows[3].startswith('| C firmware (host build) | 0.100-0.200 ms | 0.200-0.400 ms')
     assert rows[3].endswith('| 5.0 % | 1 |')
+
+
+def test_the_readmes_matrix_tables_are_generated_from_the_committed_results() -> None:
+    import json
+    from pathlib import Path
+
+    from rip_control.benchmarks.matrix import matrix_table
+
+    repo = Path(__file__).resolve().parent.parent
+    readme = (repo / 'README.md').read_text()
+    results = repo / 'bench' / 'results'
+
+    def table(*names: str) -> str:
+        return matrix_table([json.loads((results / n).read_text()) for n in names]).strip()
+
+    assert table('matrix.json', 'matrix_heavy.json') in readme
+    wide = table('matrix_wide.json')
+    assert wide in readme
+    assert 'sim_50hz_wide' in json.loads((results / 'matrix_wide.json').read_text())['policy']

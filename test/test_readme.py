@@ -10,6 +10,7 @@ arguments appended to keep it short — or listed in :data:`NOT_RUN` with the re
 from __future__ import annotations
 
 import ast
+import json
 import os
 from pathlib import Path
 import re
@@ -23,6 +24,7 @@ import time
 import pytest
 from ros2_cli import argv, colcon_build, require_launch, sourced_env
 
+from rip_control.policy import load_actor_file
 from rip_control.rig.emulator_process import child_env
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_learner import buffer_store
@@ -302,6 +304,36 @@ def test_the_readme_pretrain_command_and_its_help(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (out / 'policy.safetensors').exists()
+
+
+WIDE = 'python -m rip_learner.pretrain rate:=50 out:=policies/sim_50hz_wide randomization:=wide'
+
+
+@pytest.mark.readme(WIDE)
+def test_the_readme_wide_pretrain_command_randomises_with_the_wide_ranges(tmp_path):
+    out = tmp_path / 'wide'
+    proc = run_readme(
+        WIDE,
+        {'policies/sim_50hz_wide': str(out)},
+        [
+            'steps:=300',
+            'learning_starts:=100',
+            'eval_every:=300',
+            'eval_episodes:=1',
+            'eval_seconds:=1',
+            'min_steps:=0',
+            'batch_size:=32',
+        ],
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert 'randomisation wide' in proc.stdout
+    summary = json.loads((out / 'pretrain.json').read_text())
+    assert summary['randomization_name'] == 'wide'
+    assert summary['randomization']['sensing_latency_periods'] == [0.0, 1.25]
+    actor = load_actor_file(
+        out / 'policy.safetensors', rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+    )
+    assert actor.metadata['domain_randomization'] == 'wide'
 
 
 @pytest.mark.readme('python -m rip_control.bench --help')

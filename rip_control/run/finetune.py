@@ -289,6 +289,7 @@ class _Monitor:
         self.activated = False
         self.restarts = 0  # re-activations after a timing violation, since the last episode
         self.restarts_total = 0
+        self.serial_errors_earlier = 0  # in activations before the current one
         self._episodes_at_trip = 0
         node.create_subscription(
             Float64MultiArray, f'{control_fqn}/episode', self._on_episode, 100
@@ -334,6 +335,13 @@ class _Monitor:
                 if values.get('lifecycle_state') == 'active':
                     self.activated = True
 
+    def serial_errors_now(self) -> int:
+        """The failed ticks the control node reported for its current activation."""
+        try:
+            return int(float(self.control.get('serial_errors', 0)))
+        except ValueError:
+            return 0
+
     def control_left_active(self) -> bool:
         """The control node was active and is not any more (the runner did not ask)."""
         return self.activated and self.control.get('lifecycle_state') not in (None, 'active')
@@ -374,6 +382,7 @@ def check_still_active(
         )
         if not driver.change('activate'):
             raise RunFailed(f'{fqn} refused to re-activate after a timing violation')
+        mon.serial_errors_earlier += mon.serial_errors_now()
         mon.control = {}
         return
     if recoverable and restarts_allowed:
@@ -721,6 +730,8 @@ def _summarise(
         'transitions_unmatched': int(monitor.control.get('transitions_unmatched', 0)),
         # Re-activations after a timing violation (each one a trip of the 3-strike rule).
         'violation_restarts': monitor.restarts_total,
+        # Failed ticks over every activation; in an episode each one cuts it short.
+        'serial_errors': monitor.serial_errors_earlier + monitor.serial_errors_now(),
     }
     trace = run_dir / 'ticks.npz'
     if trace.exists():

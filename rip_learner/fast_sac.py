@@ -29,7 +29,11 @@ construction, no longer SB3's ``train()``):
 * ``prior``: a replay buffer's arrays (the simulation's experience) of which ``prior_ratio``
   of every batch is drawn (RLPD's symmetric sampling at 0.5);
 * ``smoothness``: CAPS's temporal term, ``smoothness * |a(s) - a(s')|^2`` on the mean
-  actions of consecutive observations, added to the actor loss.
+  actions of consecutive observations, added to the actor loss; with a
+  ``smoothness_reference`` (the fine-tune's starting policy) only the part of it beyond the
+  reference's own ``|a(s) - a(s')|^2`` on the same states, so chatter may not grow but the
+  policy is not pushed smoother than it started (CAPS's full term, at the weight that keeps
+  chatter down, took a shifted rig's policy from its swing-up: ``bench sim-finetune``).
 """
 
 from __future__ import annotations
@@ -65,6 +69,9 @@ class FastSacUpdate:
     :param prior: arrays of a buffer file (:mod:`rip_learner.buffer_store`) to mix in.
     :param prior_ratio: share of each batch drawn from ``prior`` (0 with no prior).
     :param smoothness: weight of the temporal action-smoothness term (0: off).
+    :param smoothness_reference: an actor (SB3's) whose own chatter the term allows: only
+        what exceeds its ``|a(s) - a(s')|^2`` on the same pair of states is penalised. None:
+        all of it is (CAPS). A frozen copy is kept (:meth:`set_smoothness_reference`).
     """
 
     def __init__(
@@ -74,6 +81,7 @@ class FastSacUpdate:
         prior: dict[str, np.ndarray] | None = None,
         prior_ratio: float = 0.0,
         smoothness: float = 0.0,
+        smoothness_reference: Any = None,
     ) -> None:
         if not 0.0 <= prior_ratio < 1.0:
             raise ValueError(f'prior_ratio must be in [0, 1), got {prior_ratio}')
@@ -82,6 +90,9 @@ class FastSacUpdate:
         self.prior = prior if prior is not None and prior_ratio > 0 else None
         self.prior_ratio = prior_ratio if self.prior is not None else 0.0
         self.smoothness = smoothness
+        self.smoothness_reference: Any = None
+        if smoothness_reference is not None:
+            self.set_smoothness_reference(smoothness_reference)
         if model.use_sde:
             raise ValueError('gSDE is not supported by the fast update (use SB3 train())')
         if model.replay_buffer.n_envs != 1 or model.replay_buffer.optimize_memory_usage:
@@ -100,6 +111,16 @@ class FastSacUpdate:
         ):
             if opt is not None:
                 self.kernels[name] = _adam_kernels(opt, fused)
+
+    def set_smoothness_reference(self, actor: Any) -> None:
+        """Penalise only the chatter beyond ``actor``'s (a frozen copy of it, taken now)."""
+        import copy
+
+        ref = copy.deepcopy(actor)
+        ref.optimizer = None  # never stepped; no optimizer state carried along
+        ref.requires_grad_(False)
+        ref.eval()
+        self.smoothness_reference = ref
 
     def _batches(self, n: int, batch_size: int) -> tuple[Any, ...]:
         """``n`` batches, drawn as SB3's ``sample()`` draws them, as (n, batch, ...) tensors."""
@@ -184,7 +205,16 @@ class FastSacUpdate:
                 acts, logps, mean = self._sample_pi(torch.cat([obs, next_obs]))
                 actions_pi, log_prob = acts[:n], logps[:n]
                 next_actions, next_log_prob = acts[n:].detach(), logps[n:].detach()
-                smooth = (torch.tanh(mean[:n]) - torch.tanh(mean[n:])).square().mean()
+                jump = (torch.tanh(mean[:n]) - torch.tanh(mean[n:])).square()
+                if self.smoothness_reference is not None:
+                    # Only the chatter beyond the reference's on the same pair of states.
+                    with torch.no_grad():
+                        ref, _, _ = self.smoothness_reference.get_action_dist_params(
+                            torch.cat([obs, next_obs])
+                        )
+                        ref_jump = (torch.tanh(ref[:n]) - torch.tanh(ref[n:])).square()
+                    jump = torch.relu(jump - ref_jump)
+                smooth = jump.mean()
             else:
                 actions_pi, log_prob, _ = self._sample_pi(obs)
             if update_actor and m.ent_coef_optimizer is not None and m.log_ent_coef is not None:

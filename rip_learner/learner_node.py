@@ -85,6 +85,7 @@ class LearnerNode(Node):
         self._diag_prev = (time.monotonic(), 0)
         self.trainer.resume()
         self.trainer.import_bags()
+        self.trainer.freeze_smoothness_reference()
         self._weights_pub = self.create_publisher(UInt8MultiArray, 'policy_weights', WEIGHTS_QOS)
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self._sub = self.create_subscription(

@@ -8,6 +8,8 @@ from typing import Any
 
 from rip_learner.sac import SacConfig
 
+SMOOTHNESS_REFERENCES = ('none', 'initial')
+
 
 class LearnerConfigError(ValueError):
     """A parameter, initial policy or resume file the learner cannot start with."""
@@ -38,6 +40,7 @@ class LearnerSettings:
     nice: int
     cpus: tuple[int, ...]
     fault_train_error_after_updates: int = 0
+    smoothness_reference: str = 'none'
 
     @classmethod
     def from_node(cls, node: Any) -> LearnerSettings:
@@ -65,6 +68,12 @@ class LearnerSettings:
             'prior_data': p('prior_data').value,
             'smoothness': p('smoothness').value,
         }
+        reference = p('smoothness_reference').value
+        if reference not in SMOOTHNESS_REFERENCES:
+            raise LearnerConfigError(
+                f'smoothness_reference must be one of {", ".join(SMOOTHNESS_REFERENCES)}, '
+                f'got {reference!r}'
+            )
         if not p('fast_updates').value and any(safeguards.values()):
             named = ', '.join(f'{k}:={v}' for k, v in safeguards.items() if v)
             raise LearnerConfigError(f'{named} needs fast_updates:=true (rip_learner.fast_sac)')
@@ -90,4 +99,5 @@ class LearnerSettings:
             nice=p('nice').value,
             cpus=tuple(int(c) for c in p('cpus').value),
             fault_train_error_after_updates=p('fault_train_error_after_updates').value,
+            smoothness_reference=reference,
         )

@@ -138,6 +138,7 @@ def sync_finetune(
     prior: dict[str, np.ndarray] | None = None,
     prior_ratio: float = 0.0,
     smoothness: float = 0.0,
+    smoothness_reference: str = 'none',
 ) -> SyncResult:
     """Fine-tune ``policy`` (with its critics, if saved beside it) by ``SAC.learn()``.
 
@@ -147,8 +148,9 @@ def sync_finetune(
         (it is meant for deployment at this rate, whatever rate it really ran at).
     :param learning_starts: steps (acting with the initial policy) before the first update.
     :param fast_updates: the learner's update instead of SB3's ``train()``; the safeguards
-        (``critic_warmup_updates``, ``prior`` mixed in at ``prior_ratio``, ``smoothness``)
-        need it, and mean what the learner's parameters of the same names mean.
+        (``critic_warmup_updates``, ``prior`` mixed in at ``prior_ratio``, ``smoothness``,
+        ``smoothness_reference``) need it, and mean what the learner's parameters of the same
+        names mean.
     """
     from stable_baselines3.common.callbacks import BaseCallback
 
@@ -182,6 +184,8 @@ def sync_finetune(
             model.update = FastSacUpdate(
                 model, prior=prior, prior_ratio=prior_ratio, smoothness=smoothness
             )
+            if smoothness_reference == 'initial':
+                model.update.set_smoothness_reference(model.actor)
             model.critic_warmup_updates = critic_warmup_updates
 
         class _Episodes(BaseCallback):

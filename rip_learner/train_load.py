@@ -22,7 +22,8 @@ from rip_learner.fast_sac import FastSacUpdate
 from rip_learner.sac import SacConfig, build_sac, prefill_random
 
 IMPLS = ('sb3', 'fast', 'shipped')
-# config/finetune.yaml's update: half of each batch from the shipped prior data, CAPS term.
+# config/finetune.yaml's update: half of each batch from the shipped prior data, the
+# smoothness term against the initial actor's chatter.
 SHIPPED_PRIOR_RATIO = 0.5
 SHIPPED_SMOOTHNESS = 5.0
 
@@ -36,7 +37,11 @@ def shipped_update(model: Any) -> FastSacUpdate:
     path = packaged_policy(50.0).with_name(PRIOR_DATA_FILE)
     arrays, _ = buffer_store.load(path, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
     return FastSacUpdate(
-        model, prior=arrays, prior_ratio=SHIPPED_PRIOR_RATIO, smoothness=SHIPPED_SMOOTHNESS
+        model,
+        prior=arrays,
+        prior_ratio=SHIPPED_PRIOR_RATIO,
+        smoothness=SHIPPED_SMOOTHNESS,
+        smoothness_reference=model.actor,
     )
 
 

@@ -193,6 +193,21 @@ class Trainer:
             f'{got.messages} messages read, rejected {dict(got.rejected) or "none"}'
         )
 
+    def freeze_smoothness_reference(self) -> None:
+        """Fix the actor whose chatter the smoothness term allows (``smoothness_reference``).
+
+        With ``initial``: the actor as it is now, the start-up material loaded and before any
+        update.
+        """
+        s = self.s
+        if not (s.smoothness and s.smoothness_reference == 'initial' and self._fast):
+            return
+        self._fast.set_smoothness_reference(self.model.actor)
+        self._say(
+            f"smoothness term: only the chatter beyond policy v{self.version}'s own "
+            '(smoothness_reference:=initial)'
+        )
+
     @property
     def buffer_size(self) -> int:
         """Transitions stored in the replay buffer."""

@@ -168,6 +168,48 @@ def test_the_smoothness_term_makes_consecutive_actions_closer(tmp_path: Path) ->
     assert chatter(100.0) < 0.5 * chatter(0.0)
 
 
+def test_a_smoothness_reference_lets_the_initial_chatter_be_but_stops_it_growing(
+    tmp_path: Path,
+) -> None:
+    import torch
+
+    def jumps(tr: Trainer) -> torch.Tensor:
+        rb = tr.model.replay_buffer
+        obs = torch.as_tensor(rb.observations[:64, 0])
+        nxt = torch.as_tensor(rb.next_observations[:64, 0])
+        with torch.no_grad():
+            a = torch.tanh(tr.model.actor.get_action_dist_params(obs)[0])
+            b = torch.tanh(tr.model.actor.get_action_dist_params(nxt)[0])
+        return (a - b).abs()
+
+    def train(smoothness: float, reference: str) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(0)
+        tr = Trainer(
+            _settings(tmp_path, True, smoothness=smoothness, smoothness_reference=reference),
+            print,
+        )
+        _fill(tr, 64)
+        tr.freeze_smoothness_reference()
+        before = jumps(tr)
+        for _ in range(30):
+            _fill(tr, 8)
+            tr.train_due()
+        return before, jumps(tr)
+
+    start, free = train(0.0, 'none')
+    _, caps = train(100.0, 'none')
+    same_start, held = train(100.0, 'initial')
+    assert torch.equal(start, same_start)
+    # Unpenalised, the critic's pull makes some jumps grow; CAPS's full term drives them far
+    # below where they started; against the initial actor only their growth is held back.
+    grown_free = (free - start).clamp(min=0).mean()
+    grown_held = (held - start).clamp(min=0).mean()
+    assert grown_free > 0.005, grown_free
+    assert grown_held < 0.2 * grown_free, (grown_held, grown_free)
+    assert caps.mean() < 0.5 * start.mean()
+    assert held.mean() > 2 * caps.mean(), (held.mean(), caps.mean())
+
+
 def test_device_auto_takes_the_cpu_here_and_cuda_without_a_gpu_is_refused() -> None:
     import torch
 

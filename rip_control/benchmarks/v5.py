@@ -316,6 +316,7 @@ def safeguards(lp: dict[str, Any], policy: str, rate_hz: float) -> dict[str, Any
         'prior': prior,
         'prior_ratio': float(lp.get('prior_ratio', 0.0)),
         'smoothness': float(lp.get('smoothness', 0.0)),
+        'smoothness_reference': str(lp.get('smoothness_reference', 'none')),
     }
 
 

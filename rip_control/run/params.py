@@ -353,6 +353,13 @@ LEARNER_PARAMETERS = (
         0.0,
         1000.0,
     ),
+    Param(
+        'smoothness_reference',
+        'none',
+        "'initial': the smoothness term penalises only chatter beyond the initial policy's own "
+        'on the same states (it may not grow, and is not pushed below where it started); '
+        "'none': all of it (CAPS)",
+    ),
     Param('device', 'auto', "torch device: 'auto' (CUDA when present), 'cpu' or 'cuda'"),
     Param('dt_tolerance_ms', 5.0, 'largest |dt - 1/rate_hz| a transition may have', 0.01, 1e4),
     Param('resume_buffer', '', 'replay buffer file to continue from'),

@@ -112,6 +112,10 @@ class FastSacUpdate:
             if opt is not None:
                 self.kernels[name] = _adam_kernels(opt, fused)
 
+    def _freeze_critic(self, frozen: bool) -> None:
+        for p in self._critic_params:
+            p.requires_grad_(not frozen)
+
     def set_smoothness_reference(self, actor: Any) -> None:
         """Penalise only the chatter beyond ``actor``'s (a frozen copy of it, taken now)."""
         import copy
@@ -242,13 +246,21 @@ class FastSacUpdate:
             critic_loss.backward()
             m.critic.optimizer.step()
             if update_actor:
-                q_pi = torch.cat(m.critic(obs, actions_pi), dim=1)
-                actor_loss = (ent_coef * log_prob - q_pi.min(dim=1, keepdim=True).values).mean()
-                if smooth is not None:
-                    actor_loss = actor_loss + self.smoothness * smooth
-                actor_losses.append(actor_loss.detach())
-                m.actor.optimizer.zero_grad()
-                actor_loss.backward()
+                # The actor loss needs the critics' gradient with respect to the action only:
+                # SB3 also fills the critics' weight gradients here, which the next critic
+                # step's zero_grad() throws away unread. Frozen, they are not computed.
+                self._freeze_critic(True)
+                try:
+                    q_pi = torch.cat(m.critic(obs, actions_pi), dim=1)
+                    q_min = q_pi.min(dim=1, keepdim=True).values
+                    actor_loss = (ent_coef * log_prob - q_min).mean()
+                    if smooth is not None:
+                        actor_loss = actor_loss + self.smoothness * smooth
+                    actor_losses.append(actor_loss.detach())
+                    m.actor.optimizer.zero_grad()
+                    actor_loss.backward()
+                finally:
+                    self._freeze_critic(False)
                 m.actor.optimizer.step()
             if step % m.target_update_interval == 0:
                 with torch.no_grad():

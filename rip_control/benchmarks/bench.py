@@ -786,12 +786,19 @@ def main(argv: list[str] | None = None) -> int:
     th.add_argument('--seconds', type=float, default=15.0)
     th.add_argument('--json', default='')
     from rip_control.benchmarks import matrix as bench_matrix
+    from rip_control.benchmarks import sim_finetune as bench_sim_finetune
     from rip_control.benchmarks import v5 as bench_v5
 
     v5 = sub.add_parser('v5', help='V5: sim-only vs async vs sync fine-tune on a shifted rig')
     bench_v5.add_arguments(v5)
     mx = sub.add_parser('matrix', help='the shipped fine-tune over seeds and rigs, with its goals')
     bench_matrix.add_arguments(mx)
+    sf = sub.add_parser(
+        'sim-finetune', help="the fine-tune's learning side on a simulated rig (minutes)"
+    )
+    bench_sim_finetune.add_arguments(sf)
+    sft = sub.add_parser('sim-finetune-table', help='markdown table of sim-finetune files')
+    sft.add_argument('files', nargs='+')
     st = sub.add_parser('safeguards-table', help='markdown table of safeguard runs (v5 --label)')
     st.add_argument('files', nargs='+')
     dt = sub.add_parser('demo-table', help='markdown table of make demo summary.json files')
@@ -834,6 +841,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.bench == 'demo-table':
         print(bench_matrix.demo_table([json.loads(Path(f).read_text()) for f in a.files]))
         return 0
+    if a.bench == 'sim-finetune-table':
+        docs = [json.loads(Path(f).read_text()) for f in a.files]
+        print(bench_sim_finetune.sim_finetune_table(docs))
+        return 0
     if a.bench == 'matrix-table':
         print(bench_matrix.matrix_table([json.loads(Path(f).read_text()) for f in a.files]))
         return 0
@@ -845,6 +856,7 @@ def main(argv: list[str] | None = None) -> int:
         'learner-throughput': bench_learner_throughput,
         'v5': bench_v5.bench_v5,
         'matrix': bench_matrix.bench_matrix,
+        'sim-finetune': bench_sim_finetune.bench_sim_finetune,
         'bag-roundtrip': bench_bag_roundtrip,
         'serial-roundtrip': bench_serial_roundtrip,
     }

@@ -184,6 +184,9 @@ def sync_finetune(
             model.update = FastSacUpdate(
                 model, prior=prior, prior_ratio=prior_ratio, smoothness=smoothness
             )
+            if smoothness_reference not in ('none', 'initial'):
+                got = smoothness_reference
+                raise ValueError(f"smoothness_reference must be 'none' or 'initial', got {got!r}")
             if smoothness_reference == 'initial':
                 model.update.set_smoothness_reference(model.actor)
             model.critic_warmup_updates = critic_warmup_updates

@@ -121,7 +121,11 @@ class Trainer:
         except BufferRejected as exc:
             raise LearnerConfigError(f'prior_data refused: {exc}') from exc
         self._fast = FastSacUpdate(
-            self.model, prior=arrays, prior_ratio=s.prior_ratio, smoothness=s.smoothness
+            self.model,
+            prior=arrays,
+            prior_ratio=s.prior_ratio,
+            smoothness=s.smoothness,
+            smoothness_reference=self._fast.smoothness_reference if self._fast else None,
         )
         self.prior_count = meta.count
         self._say(

@@ -110,3 +110,24 @@ def test_after_a_non_finite_baseline_any_finite_candidate_passes() -> None:
     gate.finish_training()
     gate.next_episode(_Actor(1))
     assert gate.judge(-5.0).kind == 'promoted'
+
+
+def test_a_tie_won_by_noise_drives_but_does_not_become_the_best() -> None:
+    gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.05, best_margin=0.02)
+    gate.next_episode(_Actor(0))
+    gate.judge(200.0)
+    verdicts = []
+    for version, score in ((1, 203.0), (2, 204.5), (3, 190.0)):
+        gate.finish_training()
+        assert gate.next_episode(_Actor(version)) == (True, _Actor(version))
+        v = gate.judge(score)
+        verdicts.append((v.kind, v.new_best, gate.best_version, gate.live_version))
+    # 203 is within the noise (< 204): live, not best; 204.5 beats 200 by more than 2 %: best;
+    # 190 is within 5 % of 204.5 (>= 194.3)? No: rejected, the best and the live stay.
+    assert verdicts == [
+        ('promoted', False, 0, 1),
+        ('promoted', True, 2, 2),
+        ('rejected', False, 2, 2),
+    ]
+    with pytest.raises(ValueError, match='eval_best_margin must be in'):
+        PolicyGate(1, 0.05, best_margin=1.0)

@@ -105,3 +105,42 @@ def test_evaluations_send_nothing_count_for_nothing_and_only_the_live_actor_trai
     )
     # Every transition comes from a training episode, numbered as that episode.
     assert {t.episode for t in got} == {e.episode for e in trained}
+
+
+def test_a_reactivation_runs_only_the_training_episodes_still_owed(tmp_path: Path) -> None:
+    # After a trip the node re-activates the loop with the count of training episodes the
+    # earlier activations finished; ``episodes`` is a total, not a count per activation.
+    def activation(done_before: int) -> tuple[list[EpisodeSummary], int]:
+        task = TaskConfig(rate_hz=50.0, episode_seconds=0.2)  # 10 ticks
+        env = RealRotaryInvertedPendulumEnv(client, task)
+        transitions: Outbox[Transition] = Outbox(100_000, holdback=2)
+        episodes: Outbox[EpisodeSummary] = Outbox(100)
+        loop = ControlLoop(
+            env,
+            LoopConfig(episodes=3),
+            _Box(_actor(1)),
+            transitions,
+            Outbox(100_000),
+            episodes,
+            first_episode=done_before,
+            train_episodes_done=done_before,
+        )
+        loop.run(threading.Event())
+        got = []
+        while (ep := episodes.pop_from_non_rt()) is not None:
+            got.append(ep)
+        assert loop.motor_confirmed_off
+        return got, loop.status.ticks
+
+    with EmulatorProcess(tmp_path / 'rig') as emu:
+        client = LowLevelClient(str(emu.link))
+        client.open()
+        try:
+            fresh, _ = activation(0)
+            resumed, _ = activation(2)
+            finished, ticks = activation(3)
+        finally:
+            client.close()
+    assert [e.episode for e in fresh] == [0, 1, 2]
+    assert [e.episode for e in resumed] == [2]
+    assert finished == [] and ticks == 0  # nothing owed: not even a reset

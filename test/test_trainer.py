@@ -222,3 +222,27 @@ def test_device_auto_takes_the_cpu_here_and_cuda_without_a_gpu_is_refused() -> N
             build_sac(SacConfig(device='cuda'))
     with pytest.raises(ValueError, match="device must be one of auto, cpu, cuda, got 'gpu'"):
         SacConfig(device='gpu')
+
+
+def test_prior_data_loaded_after_the_reference_keeps_it(tmp_path: Path) -> None:
+    from rip_learner import buffer_store
+    from rip_learner.buffer_store import BufferMeta
+
+    arrays = {
+        'observations': np.zeros((4, OBS_SIZE), np.float32),
+        'next_observations': np.zeros((4, OBS_SIZE), np.float32),
+        'actions': np.zeros((4, ACTION_SIZE), np.float32),
+        'rewards': np.zeros(4, np.float32),
+        'dones': np.zeros(4, np.float32),
+        'timeouts': np.zeros(4, np.float32),
+    }
+    path = tmp_path / 'prior.safetensors'
+    buffer_store.save(path, arrays, BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, 4))
+    settings = _settings(
+        tmp_path, True, smoothness=1.0, smoothness_reference='initial', prior_data=str(path)
+    )
+    tr = Trainer(settings, print)
+    tr.freeze_smoothness_reference()  # the node loads the prior data first; either order works
+    assert tr._fast is not None and tr._fast.smoothness_reference is not None
+    tr.load_prior_data()
+    assert tr._fast.prior is not None and tr._fast.smoothness_reference is not None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+from dataclasses import dataclass
 from pathlib import Path
 import time
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from rip_control.benchmarks.v5 import DEFAULT_POLICY, arm_parameters, sac_config, safeguards
+from rip_control.rt.gate import PolicyGate
 
 UPDATE_EVERY = 50  # transitions between the calls that run the updates owed
 
@@ -52,6 +54,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument('--set', action='append', default=[], metavar='NODE.NAME=VALUE')
     ap.add_argument('--label', default='')
     ap.add_argument('--json', default='')
+
+
+@dataclass(frozen=True)
+class _Version:
+    """What the gate needs of an actor: its version."""
+
+    version: int
 
 
 def _actor_fn(actor: Any, deterministic: bool) -> Any:
@@ -121,13 +130,23 @@ def run_one(a: argparse.Namespace, seed: int, runs: Path) -> dict[str, Any]:
         fast.set_smoothness_reference(model.actor)
     k, batch = int(lp['gradient_steps']), int(lp['batch_size'])
     starts, warmup = int(lp['learning_starts']), g['critic_warmup_updates']
-    every, margin = int(control['eval_every_episodes']), float(control['eval_margin'])
+    gate: PolicyGate[_Version] = PolicyGate(
+        int(control['eval_every_episodes']),
+        float(control['eval_margin']),
+        float(control.get('eval_best_margin', 0.0)),
+    )
     eval_s = float(control['eval_episode_seconds']) or a.episode_seconds
 
     live = copy.deepcopy(model.actor)
     baseline = _evaluate(live, params, eval_s, 1, 10_000 + seed)
-    best, evaluations, episodes = baseline['return'], [], []
-    stored = updates = 0
+    evaluations: list[dict[str, Any]] = []
+    episodes: list[dict[str, Any]] = []
+    best = copy.deepcopy(live)  # what a deployment takes: policy_best
+    if gate.enabled:
+        gate.start(_Version(0))
+        gate.next_episode(_Version(0))
+        gate.judge(baseline['return'])
+    stored = updates = actor_updates = 0
     t0 = time.monotonic()
     for ep in range(a.episodes):
         obs, _ = env.reset(seed=seed * 1000 + ep, options={'start': 'down'})
@@ -154,25 +173,32 @@ def run_one(a: argparse.Namespace, seed: int, runs: Path) -> dict[str, Any]:
                 while due > 0:
                     n = due if updates >= warmup else min(due, warmup - updates)
                     fast.train(n, batch, update_actor=updates >= warmup)
+                    actor_updates += n if updates >= warmup else 0
                     updates += n
                     due -= n
             if terminated or truncated:
                 break
         episodes.append({'return': ret, 'balance_s': longest / rate, 'updates': updates})
         line = f'[seed {seed}] episode {ep:3d}: return {ret:7.2f}, balance {longest / rate:5.2f} s'
-        if every and (ep + 1) % every == 0:
-            e = _evaluate(model.actor, params, eval_s, 1, 10_000 + seed + ep + 1)
-            promoted = e['return'] >= best - margin * abs(best)
-            if promoted:
-                live = copy.deepcopy(model.actor)
-                best = max(best, e['return'])
-            e.update(episode=ep, verdict='promoted' if promoted else 'rejected')
-            evaluations.append(e)
-            line += f'; evaluation {e["return"]:7.2f} ({e["balance_s"]:.2f} s) {e["verdict"]}'
-        elif not every:
-            live = copy.deepcopy(model.actor)  # guard off: every new actor drives
+        if gate.enabled:
+            # As the control loop asks it: the newest actor (its version: the actor updates so
+            # far) is evaluated only if newer than the live and the last judged one.
+            gate.finish_training()
+            evaluate, _ = gate.next_episode(_Version(actor_updates))
+            if evaluate:
+                e = _evaluate(model.actor, params, eval_s, 1, 10_000 + seed + ep + 1)
+                v = gate.judge(e['return'])
+                if v.kind == 'promoted':
+                    live = copy.deepcopy(model.actor)
+                if v.new_best:
+                    best = copy.deepcopy(model.actor)
+                e.update(episode=ep, verdict=v.kind, new_best=v.new_best)
+                evaluations.append(e)
+                line += f'; evaluation {e["return"]:7.2f} ({e["balance_s"]:.2f} s) {v.kind}'
+        else:
+            live = best = copy.deepcopy(model.actor)  # guard off: every new actor drives
         print(line + f', {updates} updates', flush=True)
-    deployed = _evaluate(live, params, a.eval_seconds, a.eval_episodes, 20_000 + seed)
+    deployed = _evaluate(best, params, a.eval_seconds, a.eval_episodes, 20_000)
     print(
         f'[seed {seed}] deployed: balance {deployed["balance_s"]:.2f} s '
         f'(min {deployed["balance_min_s"]:.2f}), chatter {deployed["action_tv_per_s"]:.1f} TV/s, '
@@ -217,13 +243,16 @@ def bench_sim_finetune(a: argparse.Namespace) -> dict[str, Any]:
     from rip_control.policy import load_actor_file
     from rip_control.rig.dynamics import PendulumParams
     from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
-    from rip_learner.sac import SacConfig, build_sac, load_initial_networks
+    from rip_learner.sac import build_sac, load_initial_networks
 
     runs = Path(tempfile.mkdtemp(prefix='sim_finetune_'))
-    model = build_sac(SacConfig())
+    a.seed = a.seeds[0]
+    _, lp = arm_parameters(a, runs / 'start')
+    model = build_sac(sac_config(lp))
     actor = load_actor_file(a.policy, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
     load_initial_networks(model, actor, a.policy, 50.0)
     params = PendulumParams.from_yaml(a.rig)
+    # The deployments' episodes (same seeds): the start and each run's best compare directly.
     start = _evaluate(model.actor, params, a.eval_seconds, a.eval_episodes, 20_000)
     print(
         f'starting policy on {a.rig}: balance {start["balance_s"]:.2f} s, chatter '

@@ -316,8 +316,21 @@ def safeguards(lp: dict[str, Any], policy: str, rate_hz: float) -> dict[str, Any
         'prior': prior,
         'prior_ratio': float(lp.get('prior_ratio', 0.0)),
         'smoothness': float(lp.get('smoothness', 0.0)),
-        'smoothness_reference': str(lp.get('smoothness_reference', 'none')),
+        'smoothness_reference': smoothness_reference(lp),
     }
+
+
+def smoothness_reference(lp: dict[str, Any]) -> str:
+    """The learner section's ``smoothness_reference``, checked as the learner checks it."""
+    from rip_learner.learner_settings import SMOOTHNESS_REFERENCES
+
+    value = lp.get('smoothness_reference', 'none')
+    if value not in SMOOTHNESS_REFERENCES:
+        raise ValueError(
+            f'rip_learner.smoothness_reference must be one of {", ".join(SMOOTHNESS_REFERENCES)}, '
+            f'got {value!r}'
+        )
+    return str(value)
 
 
 def _print_table(doc: dict[str, Any]) -> None:

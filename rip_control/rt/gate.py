@@ -59,15 +59,22 @@ class PolicyGate(Generic[A]):
         newest actor always drives).
     :param margin: a candidate goes live when its evaluation return is at least the best one
         minus ``margin`` times its magnitude (0.05: within 5 %).
+    :param best_margin: a candidate becomes the best (``policy_best``, what ``policy:=auto``
+        resumes and a deployment takes) only when it beats the best evaluation by this
+        fraction of its magnitude: one evaluation episode is noisy, and a tie won by noise
+        would replace a measured policy with an unmeasured one (0: any higher return).
     """
 
-    def __init__(self, every: int = 0, margin: float = 0.05) -> None:
+    def __init__(self, every: int = 0, margin: float = 0.05, best_margin: float = 0.0) -> None:
         if every < 0:
             raise ValueError(f'eval_every_episodes must be >= 0, got {every}')
         if not (0.0 <= margin < 1.0):
             raise ValueError(f'eval_margin must be in [0, 1), got {margin}')
+        if not (0.0 <= best_margin < 1.0):
+            raise ValueError(f'eval_best_margin must be in [0, 1), got {best_margin}')
         self.every = every
         self.margin = margin
+        self.best_margin = best_margin
         self.live: A | None = None
         self.best_version = -1
         self.best_score = math.nan
@@ -139,7 +146,10 @@ class PolicyGate(Generic[A]):
         else:
             bar = self.bar()
             kind = 'promoted' if math.isfinite(score) and score >= bar else 'rejected'
-        new_best = kind != 'rejected' and (math.isnan(self.best_score) or score > self.best_score)
+        new_best = kind != 'rejected' and (
+            math.isnan(self.best_score)
+            or score > self.best_score + self.best_margin * abs(self.best_score)
+        )
         if kind == 'promoted':
             self.live = cand
             self.promoted += 1

@@ -105,6 +105,8 @@ class LoopConfig:
         (0: off, the newest actor drives at once).
     :param eval_margin: how far below the best evaluation return a candidate may score and
         still go live, as a fraction of it.
+    :param eval_best_margin: how far above the best evaluation return a candidate must score
+        to become the best (:class:`~rip_control.rt.gate.PolicyGate`).
     :param eval_steps: ticks of an evaluation episode, fewer or more than a training
         episode's (0: as many).
     """
@@ -121,10 +123,11 @@ class LoopConfig:
     fault_after_ticks: int = 0
     eval_every_episodes: int = 0
     eval_margin: float = 0.05
+    eval_best_margin: float = 0.0
     eval_steps: int = 0
 
     def __post_init__(self) -> None:
-        PolicyGate(self.eval_every_episodes, self.eval_margin)  # raises on bad values
+        self.gate()  # raises on bad values
         if self.eval_steps < 0:
             raise ValueError(f'eval_steps must be >= 0, got {self.eval_steps}')
         if not self.timing_violation_threshold_s > 0:
@@ -138,6 +141,10 @@ class LoopConfig:
             raise ValueError(f'max_serial_errors must be >= 1, got {self.max_serial_errors}')
         if self.episodes < 0:
             raise ValueError(f'episodes must be >= 0, got {self.episodes}')
+
+    def gate(self) -> PolicyGate[NumpyActor]:
+        """A regression guard with these settings."""
+        return PolicyGate(self.eval_every_episodes, self.eval_margin, self.eval_best_margin)
 
 
 @dataclass(frozen=True)
@@ -218,6 +225,8 @@ class ControlLoop:
     :param ticks: outbox for per-tick samples (best effort).
     :param episodes: outbox for episode summaries.
     :param first_episode: number of the first episode (continues across activations).
+    :param train_episodes_done: training episodes earlier activations ran: ``episodes``
+        counts over all of them, so a re-activation runs only those still owed.
     :param gate: the regression guard's state, kept across activations by the caller
         (default: a new one from ``config``).
     """
@@ -231,13 +240,13 @@ class ControlLoop:
         ticks: Outbox[TickSample],
         episodes: Outbox[EpisodeSummary],
         first_episode: int = 0,
+        train_episodes_done: int = 0,
         gate: PolicyGate[NumpyActor] | None = None,
     ) -> None:
         self.env = env
-        self.gate: PolicyGate[NumpyActor] = gate or PolicyGate(
-            config.eval_every_episodes, config.eval_margin
-        )
+        self.gate: PolicyGate[NumpyActor] = gate or config.gate()
         self.first_episode = first_episode
+        self.train_episodes_done = train_episodes_done
         self.config = config
         self.snapshot = snapshot
         self.transitions = transitions
@@ -277,7 +286,7 @@ class ControlLoop:
         try:
             # The first engage too happens on a tick, inside the serial-error handling: a rig
             # slow to answer it once is retried like any other tick, not a failed activation.
-            self._enter(Phase.BEGIN_RESET)
+            self._enter(Phase.STOPPING if self._all_episodes_done() else Phase.BEGIN_RESET)
             last_release = pacer.start()
             while self.phase is not Phase.STOPPING:
                 work_end = time.monotonic()
@@ -318,6 +327,10 @@ class ControlLoop:
                 self.motor_confirmed_off = True
             except RigError as exc:
                 _log.error('disengage failed (%s); the firmware deadman will stop the motor', exc)
+
+    def _all_episodes_done(self) -> bool:
+        owed = self.config.episodes
+        return 0 < owed <= self.train_episodes_done + self.status.train_episodes
 
     def _enter(self, phase: Phase) -> None:
         self.phase = phase
@@ -385,7 +398,7 @@ class ControlLoop:
             self._obs = next_obs
             if terminated or truncated:
                 self._finish_episode(episode, terminated, self.status)
-                done = 0 < self.config.episodes <= self.status.train_episodes
+                done = self._all_episodes_done()
                 self._enter(Phase.STOPPING if done else Phase.BEGIN_RESET)
                 return
             self._act()

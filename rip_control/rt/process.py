@@ -120,9 +120,7 @@ class RtControl:
         self.task = TaskConfig(**config['task'])
         self.loop_config = LoopConfig(**config['loop'])
         # The regression guard's live actor and best evaluation outlive an activation.
-        self.gate: PolicyGate[NumpyActor] = PolicyGate(
-            self.loop_config.eval_every_episodes, self.loop_config.eval_margin
-        )
+        self.gate: PolicyGate[NumpyActor] = self.loop_config.gate()
         self.config = config
         self.node_timeout_s = float(config['node_timeout_s'])
         self.status = RtStatus()
@@ -268,8 +266,12 @@ class RtControl:
             return False, f'{type(exc).__name__}: {exc}'
         return True, ''
 
-    def run_once(self, first_episode: int) -> None:
-        """One activation: engage, run episodes until stopped or faulted, disengage."""
+    def run_once(self, first_episode: int, train_episodes_done: int = 0) -> None:
+        """One activation: engage, run episodes until stopped or faulted, disengage.
+
+        :param train_episodes_done: by earlier activations (a re-activation after a trip runs
+            only the training episodes still owed).
+        """
         assert self.client is not None
         holdback = self.loop_config.max_strikes - 1
         env = RealRotaryInvertedPendulumEnv(self.client, self.task)
@@ -284,6 +286,7 @@ class RtControl:
             ticks,
             episodes,
             first_episode=first_episode,
+            train_episodes_done=train_episodes_done,
             gate=self.gate,
         )
         self.status.activation += 1
@@ -325,7 +328,9 @@ class RtControl:
             if self._activate is not None and not (self.signalled or self.quit or self.node_lost):
                 cmd, self._activate = self._activate, None
                 if not self._stop_run:  # (a stop that came after it: the run never begins)
-                    self.run_once(int(cmd.get('first_episode', 0)))
+                    self.run_once(
+                        int(cmd.get('first_episode', 0)), int(cmd.get('train_episodes_done', 0))
+                    )
                     continue
             if self._stop_run:  # a stop while idle: disengage again, answer
                 self._stop_run = False

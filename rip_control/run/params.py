@@ -268,6 +268,14 @@ CONTROL_PARAMETERS = (
         0.99,
     ),
     Param(
+        'eval_best_margin',
+        0.0,
+        'regression guard: fraction of the best evaluation return a candidate must beat it by '
+        'to become policy_best (one evaluation is noisy; 0: any higher return)',
+        0.0,
+        0.99,
+    ),
+    Param(
         'eval_episode_seconds',
         0.0,
         'regression guard: evaluation episode length, s (0: episode_seconds; may be longer)',
@@ -356,9 +364,9 @@ LEARNER_PARAMETERS = (
     Param(
         'smoothness_reference',
         'none',
-        "'initial': the smoothness term penalises only chatter beyond the initial policy's own "
-        'on the same states (it may not grow, and is not pushed below where it started); '
-        "'none': all of it (CAPS)",
+        "'initial': the smoothness term penalises only chatter beyond that of the actor the "
+        "learner starts from (the policy, or a resumed run's networks) on the same states: it "
+        "may not grow, and is not pushed below where it started; 'none': all of it (CAPS)",
     ),
     Param('device', 'auto', "torch device: 'auto' (CUDA when present), 'cpu' or 'cuda'"),
     Param('dt_tolerance_ms', 5.0, 'largest |dt - 1/rate_hz| a transition may have', 0.01, 1e4),

@@ -282,6 +282,17 @@ def test_the_readme_evaluate_variants_are_checked_before_anything_starts(tmp_pat
     assert not (tmp_path / 'evaluate').exists()
 
 
+SHORT_PRETRAIN = [
+    'steps:=300',
+    'learning_starts:=100',
+    'eval_every:=300',
+    'eval_episodes:=1',
+    'eval_seconds:=1',
+    'min_steps:=0',
+    'batch_size:=32',
+]  # appended to the README's pre-training commands: a few hundred steps
+
+
 @pytest.mark.readme('python -m rip_learner.pretrain rate:=50 out:=policies/sim_50hz')
 def test_the_readme_pretrain_command_and_its_help(tmp_path):
     helped = run_readme(
@@ -292,15 +303,7 @@ def test_the_readme_pretrain_command_and_its_help(tmp_path):
     proc = run_readme(
         'python -m rip_learner.pretrain rate:=50 out:=policies/sim_50hz',
         {'policies/sim_50hz': str(out)},
-        [
-            'steps:=300',
-            'learning_starts:=100',
-            'eval_every:=300',
-            'eval_episodes:=1',
-            'eval_seconds:=1',
-            'min_steps:=0',
-            'batch_size:=32',
-        ],
+        SHORT_PRETRAIN,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (out / 'policy.safetensors').exists()
@@ -315,15 +318,7 @@ def test_the_readme_wide_pretrain_command_randomises_with_the_wide_ranges(tmp_pa
     proc = run_readme(
         WIDE,
         {'policies/sim_50hz_wide': str(out)},
-        [
-            'steps:=300',
-            'learning_starts:=100',
-            'eval_every:=300',
-            'eval_episodes:=1',
-            'eval_seconds:=1',
-            'min_steps:=0',
-            'batch_size:=32',
-        ],
+        SHORT_PRETRAIN,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert 'randomisation wide' in proc.stdout

@@ -1,6 +1,7 @@
 """The learner's SAC side without ROS: a diverging update is undone, not published."""
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -148,22 +149,27 @@ def test_prior_data_from_another_rate_is_refused_by_name(tmp_path: Path) -> None
         tr.load_prior_data()
 
 
-def test_the_smoothness_term_makes_consecutive_actions_closer(tmp_path: Path) -> None:
+def _jumps(tr: Trainer) -> Any:
+    """|a(s) - a(s')| of the mean actions on the first 64 stored transitions."""
     import torch
 
+    rb = tr.model.replay_buffer
+    obs = torch.as_tensor(rb.observations[:64, 0])
+    nxt = torch.as_tensor(rb.next_observations[:64, 0])
+    with torch.no_grad():
+        a = torch.tanh(tr.model.actor.get_action_dist_params(obs)[0])
+        b = torch.tanh(tr.model.actor.get_action_dist_params(nxt)[0])
+    return (a - b).abs()
+
+
+def test_the_smoothness_term_makes_consecutive_actions_closer(tmp_path: Path) -> None:
     def chatter(smoothness: float) -> float:
         tr = Trainer(_settings(tmp_path, True, smoothness=smoothness), print)
         _fill(tr, 64)
         for _ in range(8):
             _fill(tr, 8)
             tr.train_due()
-        rb = tr.model.replay_buffer
-        obs = torch.as_tensor(rb.observations[:64, 0])
-        nxt = torch.as_tensor(rb.next_observations[:64, 0])
-        with torch.no_grad():
-            a = torch.tanh(tr.model.actor.get_action_dist_params(obs)[0])
-            b = torch.tanh(tr.model.actor.get_action_dist_params(nxt)[0])
-        return float((a - b).abs().mean())
+        return float(_jumps(tr).mean())
 
     assert chatter(100.0) < 0.5 * chatter(0.0)
 
@@ -173,15 +179,6 @@ def test_a_smoothness_reference_lets_the_initial_chatter_be_but_stops_it_growing
 ) -> None:
     import torch
 
-    def jumps(tr: Trainer) -> torch.Tensor:
-        rb = tr.model.replay_buffer
-        obs = torch.as_tensor(rb.observations[:64, 0])
-        nxt = torch.as_tensor(rb.next_observations[:64, 0])
-        with torch.no_grad():
-            a = torch.tanh(tr.model.actor.get_action_dist_params(obs)[0])
-            b = torch.tanh(tr.model.actor.get_action_dist_params(nxt)[0])
-        return (a - b).abs()
-
     def train(smoothness: float, reference: str) -> tuple[torch.Tensor, torch.Tensor]:
         torch.manual_seed(0)
         tr = Trainer(
@@ -190,11 +187,11 @@ def test_a_smoothness_reference_lets_the_initial_chatter_be_but_stops_it_growing
         )
         _fill(tr, 64)
         tr.freeze_smoothness_reference()
-        before = jumps(tr)
+        before = _jumps(tr)
         for _ in range(30):
             _fill(tr, 8)
             tr.train_due()
-        return before, jumps(tr)
+        return before, _jumps(tr)
 
     start, free = train(0.0, 'none')
     _, caps = train(100.0, 'none')

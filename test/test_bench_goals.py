@@ -70,6 +70,31 @@ def test_a_rig_measured_again_supersedes_its_earlier_row() -> None:
     assert '8.00 s (8.00 s)' in rows[1] and '12.00' not in rows[1]
 
 
+def test_the_matrix_table_counts_the_seeds_that_deployed_their_starting_policy() -> None:
+    from rip_control.benchmarks.matrix import matrix_table
+
+    goals = {
+        'worst_second_half_return_share': 1.0,
+        'chatter_ratio': 1.0,
+        'balance_ok': True,
+        'no_collapse': True,
+        'chatter_ok': True,
+    }
+
+    def run(best: int) -> dict:
+        return {
+            'deployment': {'longest_balance_s': {'mean': 8.0}},
+            'goals': goals,
+            'evaluations': [{'policy_version': 3, 'verdict': 'baseline'}],
+            'best_policy_version': best,
+        }
+
+    doc = {'rigs': {'worn': {'sim_only': {'longest_balance_s': {'mean': 8.0}},
+                             'runs': [run(3), run(40), run(3)]}}}  # fmt: skip
+    (row,) = matrix_table([doc]).splitlines()[2:]
+    assert row.split(' | ')[4] == '2 of 3'
+
+
 def test_the_readmes_c_firmware_tables_are_generated_from_the_committed_results() -> None:
     # The README's figures come from bench/results/: regenerating the tables from the JSON
     # must give back exactly what the README shows.
@@ -148,6 +173,22 @@ def test_the_readmes_matrix_tables_are_generated_from_the_committed_results() ->
         return matrix_table([json.loads((results / n).read_text()) for n in names]).strip()
 
     assert table('matrix.json', 'matrix_heavy.json') in readme
-    wide = table('matrix_wide.json')
-    assert wide in readme
+    for name in ('matrix_wide.json', 'matrix_wide_caps.json'):
+        assert table(name) in readme, name
     assert 'sim_50hz_wide' in json.loads((results / 'matrix_wide.json').read_text())['policy']
+
+
+def test_the_readmes_demo_and_throughput_tables_are_generated_from_the_committed_results() -> None:
+    import json
+    from pathlib import Path
+
+    from rip_control.benchmarks.bench import throughput_table
+    from rip_control.benchmarks.matrix import demo_table
+
+    repo = Path(__file__).resolve().parent.parent
+    readme = (repo / 'README.md').read_text()
+    results = repo / 'bench' / 'results'
+    demos = [json.loads((results / f'demo_run{i}.json').read_text()) for i in range(1, 6)]
+    assert demo_table(demos) in readme
+    throughput = json.loads((results / 'learner_throughput_fast_sac.json').read_text())
+    assert throughput_table(throughput) in readme

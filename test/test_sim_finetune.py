@@ -46,3 +46,14 @@ def test_a_setting_reaches_the_update(tmp_path):
     off = _bench(tmp_path, 'off', '--set', 'rip_learner.smoothness=0.0')['runs'][0]
     assert on['episodes'][0] == off['episodes'][0]
     assert on['evaluations'][0]['return'] != off['evaluations'][0]['return']
+
+
+def test_the_readmes_table_is_generated_from_the_committed_results():
+    files = [
+        REPO / 'bench' / 'results' / f'sim_finetune_{rig}_{prior}_{setting}.json'
+        for rig in ('worn', 'heavy')
+        for prior in ('sim_50hz', 'sim_50hz_wide')
+        for setting in ('initial', 'caps')
+    ]
+    table = sim_finetune_table([json.loads(f.read_text()) for f in files])
+    assert table in (REPO / 'README.md').read_text()

@@ -158,8 +158,9 @@ def matrix_table(docs: list[dict[str, Any]]) -> str:
     """
     rows = [
         '| rig | sim-only balance | fine-tuned balance, mean (min) over seeds | per seed | '
-        'worst 2nd-half return / 1st | chatter ratio, max | goals met |',
-        '|---|---|---|---|---|---|---|',
+        'deployed the starting policy | worst 2nd-half return / 1st | chatter ratio, max | '
+        'goals met |',
+        '|---|---|---|---|---|---|---|---|',
     ]
     rigs: dict[str, Any] = {}
     for doc in docs:
@@ -173,12 +174,25 @@ def matrix_table(docs: list[dict[str, Any]]) -> str:
             c['goals']['balance_ok'] and c['goals']['no_collapse'] and c['goals']['chatter_ok']
             for c in r['runs']
         )
+        kept = sum(_kept_start(c) for c in r['runs'])
         rows.append(
             f'| {stem} | {sim:.2f} s | {np.mean(bals):.2f} s ({min(bals):.2f} s) | '
             + ', '.join(f'{b:.2f}' for b in bals)
-            + f' | {min(shares):.2f} | {max(chat):.2f} | {met}/{len(r["runs"])} |'
+            + f' | {kept} of {len(r["runs"])} | {min(shares):.2f} | {max(chat):.2f} | '
+            f'{met}/{len(r["runs"])} |'
         )
     return '\n'.join(rows)
+
+
+def _kept_start(cell: dict[str, Any]) -> bool:
+    """Whether the seed's best policy is the one it started from (no better one was promoted).
+
+    Its deployment then measures the simulation-only policy again, and differs from that row
+    by the spread of the deployment's episodes alone.
+    """
+    evaluations = cell.get('evaluations') or []
+    start = evaluations[0]['policy_version'] if evaluations else None
+    return start is not None and cell.get('best_policy_version') == start
 
 
 def demo_table(summaries: list[dict[str, Any]]) -> str:

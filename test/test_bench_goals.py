@@ -93,6 +93,12 @@ def test_the_matrix_table_counts_the_seeds_that_deployed_their_starting_policy()
                              'runs': [run(3), run(40), run(3)]}}}  # fmt: skip
     (row,) = matrix_table([doc]).splitlines()[2:]
     assert row.split(' | ')[4] == '2 of 3'
+    # A seed whose fine-tune failed is shown as failed and counted as a miss.
+    from rip_control.benchmarks.matrix import FAILED_GOALS
+
+    doc['rigs']['worn']['runs'][1] = {'seed': 1, 'failure': 'lost its node', 'goals': FAILED_GOALS}
+    (row,) = matrix_table([doc]).splitlines()[2:]
+    assert '8.00, 8.00, seed 1 failed' in row and row.endswith('| 2/3 |'), row
 
 
 def test_the_readmes_c_firmware_tables_are_generated_from_the_committed_results() -> None:

@@ -17,6 +17,7 @@ on) and its ``policy_best`` is deployed on the same rig. Each (rig, seed) is che
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 import tempfile
 from typing import Any
@@ -28,6 +29,7 @@ from rip_control.benchmarks.v5 import DEFAULT_POLICY, arm_parameters, deploy
 BALANCE_SLACK_S = 0.2
 COLLAPSE_SHARE = 0.8
 CHATTER_RATIO = 1.2
+FAILED_GOALS = {'balance_ok': False, 'no_collapse': False, 'chatter_ok': False}
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -124,7 +126,10 @@ def bench_matrix(a: argparse.Namespace) -> dict[str, Any]:
                 stream_logs=False,
             )
             if ft['failure']:
-                raise RuntimeError(f'fine-tune on {stem} seed {seed} failed: {ft["failure"]}')
+                # Recorded and counted as a miss; the other seeds and rigs still run.
+                print(f'   {stem} seed {seed}: the fine-tune failed: {ft["failure"]}', flush=True)
+                cells.append({'seed': seed, 'failure': ft['failure'], 'goals': FAILED_GOALS})
+                continue
             run_dir = runs / stem / f'seed{seed}' / 'finetune'
             best = run_dir / 'policy_best.safetensors'
             deployed = best if best.exists() else run_dir / 'policy_latest.safetensors'
@@ -167,9 +172,10 @@ def matrix_table(docs: list[dict[str, Any]]) -> str:
         rigs.update(doc['rigs'])
     for stem, r in rigs.items():
         sim = r['sim_only']['longest_balance_s']['mean']
-        bals = [c['deployment']['longest_balance_s']['mean'] for c in r['runs']]
-        shares = [c['goals']['worst_second_half_return_share'] for c in r['runs']]
-        chat = [c['goals']['chatter_ratio'] for c in r['runs']]
+        done = [c for c in r['runs'] if 'failure' not in c]  # a failed seed has no figures
+        bals = [c['deployment']['longest_balance_s']['mean'] for c in done] or [math.nan]
+        shares = [c['goals']['worst_second_half_return_share'] for c in done] or [math.nan]
+        chat = [c['goals']['chatter_ratio'] for c in done] or [math.nan]
         met = sum(
             c['goals']['balance_ok'] and c['goals']['no_collapse'] and c['goals']['chatter_ok']
             for c in r['runs']
@@ -178,6 +184,7 @@ def matrix_table(docs: list[dict[str, Any]]) -> str:
         rows.append(
             f'| {stem} | {sim:.2f} s | {np.mean(bals):.2f} s ({min(bals):.2f} s) | '
             + ', '.join(f'{b:.2f}' for b in bals)
+            + ''.join(f', seed {c["seed"]} failed' for c in r['runs'] if 'failure' in c)
             + f' | {kept} of {len(r["runs"])} | {min(shares):.2f} | {max(chat):.2f} | '
             f'{met}/{len(r["runs"])} |'
         )

@@ -364,6 +364,9 @@ def check_still_active(
     """
     if not mon.control_left_active():
         return
+    # The report that says so holds the activation's final counters; the calls below spin the
+    # runner's node, and a newer report (of the next activation) may replace it meanwhile.
+    serial_errors = mon.serial_errors_now()
     if driver.state(timeout_s=2.0) == 'active':
         mon.control = {}  # a stale report from before the activation
         return
@@ -382,7 +385,7 @@ def check_still_active(
         )
         if not driver.change('activate'):
             raise RunFailed(f'{fqn} refused to re-activate after a timing violation')
-        mon.serial_errors_earlier += mon.serial_errors_now()
+        mon.serial_errors_earlier += serial_errors
         mon.control = {}
         return
     if recoverable and restarts_allowed:

@@ -241,7 +241,8 @@ CONTROL_PARAMETERS = (
     Param(
         'episodes',
         0,
-        'stop after this many training episodes (guard evaluations not counted; 0: unlimited)',
+        'stop after this many training episodes, over every activation (guard evaluations not '
+        'counted; 0: unlimited)',
         0,
         1_000_000,
     ),

@@ -42,8 +42,10 @@ def test_it_runs_the_shipped_update_with_its_guard_and_tables_the_result(tmp_pat
 def test_a_setting_reaches_the_update(tmp_path):
     # The same seed with the smoothness reference (as shipped) and with CAPS's full term: the
     # first episode is driven by the same starting policy, then the candidates differ.
-    shipped = _bench(tmp_path, 'on')['runs'][0]
-    caps = _bench(tmp_path, 'caps', '--set', 'rip_learner.smoothness_reference=none')['runs'][0]
+    two = ('--episodes', '2')  # the first evaluation comes after the second episode
+    shipped = _bench(tmp_path, 'on', *two)['runs'][0]
+    caps = _bench(tmp_path, 'caps', *two, '--set', 'rip_learner.smoothness_reference=none')
+    caps = caps['runs'][0]
     assert shipped['episodes'][0] == caps['episodes'][0]
     assert shipped['evaluations'][0]['return'] != caps['evaluations'][0]['return']
 

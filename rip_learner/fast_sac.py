@@ -197,6 +197,16 @@ class FastSacUpdate:
             optimizers.append(m.ent_coef_optimizer)
         m._update_learning_rate(optimizers)
         obs_b, act_b, next_b, done_b, rew_b = self._batches(gradient_steps, batch_size)
+        ref_jumps = None
+        if update_actor and self.smoothness and self.smoothness_reference is not None:
+            # The frozen reference's jumps on every batch of the call, in one forward pass.
+            with torch.no_grad():
+                both = torch.cat([obs_b, next_b], dim=1)
+                ref, _, _ = self.smoothness_reference.get_action_dist_params(
+                    both.reshape(-1, both.shape[-1])
+                )
+                ref = torch.tanh(ref).reshape(gradient_steps, 2 * batch_size, -1)
+                ref_jumps = (ref[:, :batch_size] - ref[:, batch_size:]).square()
         ent_losses, ent_coefs, actor_losses, critic_losses = [], [], [], []
         for step in range(gradient_steps):
             obs, actions, next_obs = obs_b[step], act_b[step], next_b[step]
@@ -210,14 +220,9 @@ class FastSacUpdate:
                 actions_pi, log_prob = acts[:n], logps[:n]
                 next_actions, next_log_prob = acts[n:].detach(), logps[n:].detach()
                 jump = (torch.tanh(mean[:n]) - torch.tanh(mean[n:])).square()
-                if self.smoothness_reference is not None:
+                if ref_jumps is not None:
                     # Only the chatter beyond the reference's on the same pair of states.
-                    with torch.no_grad():
-                        ref, _, _ = self.smoothness_reference.get_action_dist_params(
-                            torch.cat([obs, next_obs])
-                        )
-                        ref_jump = (torch.tanh(ref[:n]) - torch.tanh(ref[n:])).square()
-                    jump = torch.relu(jump - ref_jump)
+                    jump = torch.relu(jump - ref_jumps[step])
                 smooth = jump.mean()
             else:
                 actions_pi, log_prob, _ = self._sample_pi(obs)

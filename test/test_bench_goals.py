@@ -4,6 +4,15 @@ import math
 
 from rip_control.benchmarks.matrix import check
 
+# A (rig, seed) cell's goals, every one met (what the table tests vary is elsewhere).
+ALL_MET = {
+    'worst_second_half_return_share': 1.0,
+    'chatter_ratio': 1.0,
+    'balance_ok': True,
+    'no_collapse': True,
+    'chatter_ok': True,
+}
+
 
 def _summary(balance: float, tv: float) -> dict:
     return {'longest_balance_s': {'mean': balance}, 'action_tv_per_s': {'mean': tv}}
@@ -53,13 +62,7 @@ def test_a_rig_measured_again_supersedes_its_earlier_row() -> None:
     from rip_control.benchmarks.matrix import matrix_table
 
     def rig(balance: float) -> dict:
-        goals = {
-            'worst_second_half_return_share': 1.0,
-            'chatter_ratio': 1.0,
-            'balance_ok': True,
-            'no_collapse': True,
-            'chatter_ok': True,
-        }
+        goals = ALL_MET
         run = {'deployment': {'longest_balance_s': {'mean': balance}}, 'goals': goals}
         return {'sim_only': {'longest_balance_s': {'mean': 1.0}}, 'runs': [run]}
 
@@ -73,13 +76,7 @@ def test_a_rig_measured_again_supersedes_its_earlier_row() -> None:
 def test_the_matrix_table_counts_the_seeds_that_deployed_their_starting_policy() -> None:
     from rip_control.benchmarks.matrix import matrix_table
 
-    goals = {
-        'worst_second_half_return_share': 1.0,
-        'chatter_ratio': 1.0,
-        'balance_ok': True,
-        'no_collapse': True,
-        'chatter_ok': True,
-    }
+    goals = ALL_MET
 
     def run(best: int) -> dict:
         return {

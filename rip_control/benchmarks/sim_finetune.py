@@ -32,6 +32,7 @@ import time
 from typing import Any
 
 import numpy as np
+import yaml
 
 from rip_control.benchmarks.v5 import DEFAULT_POLICY, arm_parameters, sac_config, safeguards
 from rip_control.rt.gate import PolicyGate
@@ -105,8 +106,9 @@ def run_one(a: argparse.Namespace, seed: int, runs: Path) -> dict[str, Any]:
     from rip_learner.sac import build_sac, load_initial_networks
 
     a.seed = seed
-    _, lp = arm_parameters(a, runs / f'seed{seed}')
-    control = _control_parameters(a)
+    params_file, lp = arm_parameters(a, runs / f'seed{seed}')
+    # The control node's guard settings, from the file both nodes would read (--set, --guard).
+    control = yaml.safe_load(params_file.read_text())['rip_control']['ros__parameters']
     rate = float(lp['rate_hz'])
     if rate != 50.0:
         raise ValueError(f'sim-finetune runs at 50 Hz, the parameter file says {rate}')
@@ -135,7 +137,7 @@ def run_one(a: argparse.Namespace, seed: int, runs: Path) -> dict[str, Any]:
         float(control['eval_margin']),
         float(control.get('eval_best_margin', 0.0)),
     )
-    eval_s = float(control['eval_episode_seconds']) or a.episode_seconds
+    eval_s = float(control.get('eval_episode_seconds', 0.0)) or a.episode_seconds
 
     live = copy.deepcopy(model.actor)
     baseline = _evaluate(live, params, eval_s, 1, 10_000 + seed)
@@ -215,25 +217,6 @@ def run_one(a: argparse.Namespace, seed: int, runs: Path) -> dict[str, Any]:
         'transitions': stored,
         'wall_s': time.monotonic() - t0,
     }
-
-
-def _control_parameters(a: argparse.Namespace) -> dict[str, Any]:
-    """The control node's guard settings, as the parameter file and ``--guard`` give them."""
-    import yaml
-
-    from rip_control.run.launching import default_params_file
-
-    base = Path(a.params_file) if a.params_file else default_params_file()
-    control = yaml.safe_load(base.read_text())['rip_control']['ros__parameters']
-    for item in a.set:
-        key, _, value = item.partition('=')
-        node, _, name = key.partition('.')
-        if node == 'rip_control':
-            control[name] = yaml.safe_load(value)
-    if a.guard is not None:
-        control['eval_every_episodes'] = a.guard
-    control.setdefault('eval_episode_seconds', 0.0)
-    return control
 
 
 def bench_sim_finetune(a: argparse.Namespace) -> dict[str, Any]:

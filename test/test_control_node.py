@@ -130,10 +130,14 @@ def _assert_accounted(col, d):
 
 
 def _runs(transitions):
-    """The published transitions cut where the step count starts again at 0."""
+    """The published transitions cut where an episode begins again: its step count falls back.
+
+    Not only at step 0: a busy VM's late tick can drop an episode's first transition, and a
+    broken episode's retry keeps its episode number (only a finished episode counts).
+    """
     runs = []
     for t in transitions:
-        if t.step == 0 or not runs:
+        if not runs or t.episode != runs[-1][-1].episode or t.step <= runs[-1][-1].step:
             runs.append([])
         runs[-1].append(t)
     return runs
@@ -523,13 +527,13 @@ def test_isolated_dropped_frames_cost_one_timeout_each_and_end_the_broken_episod
     # One timeout per dropped frame (a reply merely late would add a stale one as well).
     assert dropped >= 8 and dropped <= timeouts <= dropped + stale, (dropped, d)
     # An episode a timeout broke ended there (no terminal flag), and the next one began at
-    # step 0 after a reset; none ran on across a timeout. A gap in an episode's steps is only
-    # ever a transition the loop dropped for its stretched dt (a busy VM's late tick), counted.
+    # step 0 after a reset; none ran on across a timeout. A step missing from an episode (its
+    # first ones included) is only ever a transition the loop dropped for its stretched dt (a
+    # busy VM's late tick), counted.
     runs = _runs(col.transitions)
     gaps = 0
     for run in runs:
         steps = [t.step for t in run]
-        assert steps == sorted(set(steps)) and steps[0] == 0, steps
         gaps += steps[-1] + 1 - len(steps)
     assert gaps <= int(d['transitions_dropped_late']), (gaps, d)
     assert broken_episodes()

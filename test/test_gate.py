@@ -26,7 +26,7 @@ def test_the_initial_actor_is_measured_first_then_trains() -> None:
     gate: PolicyGate[_Actor] = PolicyGate(every=1)
     first = _Actor(0)
     assert gate.next_episode(first) == (True, first)
-    v = gate.judge(200.0)
+    v = gate.judge(200.0, 0.0)
     assert (v.kind, v.version, v.new_best) == ('baseline', 0, True)
     assert math.isnan(v.bar)
     assert gate.next_episode(first) == (False, first)  # nothing newer: train
@@ -35,12 +35,12 @@ def test_the_initial_actor_is_measured_first_then_trains() -> None:
 def test_a_worse_candidate_never_drives_and_is_not_evaluated_twice() -> None:
     gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.05)
     gate.next_episode(_Actor(0))
-    gate.judge(200.0)
+    gate.judge(200.0, 0.0)
     gate.next_episode(_Actor(0))
     gate.finish_training()
     bad = _Actor(3)
     assert gate.next_episode(bad) == (True, bad)
-    v = gate.judge(150.0)
+    v = gate.judge(150.0, 0.0)
     assert (v.kind, v.bar) == ('rejected', pytest.approx(190.0))
     assert gate.live_version == 0
     gate.finish_training()
@@ -54,34 +54,34 @@ def test_a_worse_candidate_never_drives_and_is_not_evaluated_twice() -> None:
 def test_within_the_margin_goes_live_but_the_best_stays_the_bar() -> None:
     gate: PolicyGate[_Actor] = PolicyGate(every=2, margin=0.05)
     gate.next_episode(_Actor(0))
-    gate.judge(200.0)
+    gate.judge(200.0, 0.0)
     gate.finish_training()
     # One training episode since the evaluation: not yet (every=2).
     assert gate.next_episode(_Actor(1)) == (False, _Actor(0))
     gate.finish_training()
     assert gate.next_episode(_Actor(1)) == (True, _Actor(1))
-    v = gate.judge(195.0)
+    v = gate.judge(195.0, 0.0)
     assert (v.kind, v.new_best) == ('promoted', False)
     assert (gate.live_version, gate.best_version, gate.best_score) == (1, 0, 200.0)
     gate.finish_training()
     gate.finish_training()
     gate.next_episode(_Actor(2))
     # 189 is within 5 % of the live one (195) but not of the best (200): no slow slide.
-    assert gate.judge(189.0).kind == 'rejected'
+    assert gate.judge(189.0, 0.0).kind == 'rejected'
     gate.finish_training()
     gate.finish_training()
     gate.next_episode(_Actor(3))
-    v = gate.judge(230.0)
+    v = gate.judge(230.0, 0.0)
     assert (v.kind, v.new_best, gate.best_version) == ('promoted', True, 3)
 
 
 def test_a_non_finite_return_is_a_rejection() -> None:
     gate: PolicyGate[_Actor] = PolicyGate(every=1)
     gate.next_episode(_Actor(0))
-    gate.judge(10.0)
+    gate.judge(10.0, 0.0)
     gate.finish_training()
     gate.next_episode(_Actor(1))
-    assert gate.judge(math.nan).kind == 'rejected'
+    assert gate.judge(math.nan, 0.0).kind == 'rejected'
 
 
 @pytest.mark.parametrize(('every', 'margin'), [(-1, 0.05), (1, -0.1), (1, 1.0)])
@@ -95,10 +95,10 @@ def test_an_actor_arriving_before_the_first_episode_is_a_candidate_not_the_basel
     gate.start(_Actor(1))  # what the process started with
     # A re-configured node gets the learner's newest at once: it must not skip the bar.
     assert gate.next_episode(_Actor(9)) == (True, _Actor(1))
-    assert gate.judge(100.0).kind == 'baseline'
+    assert gate.judge(100.0, 0.0).kind == 'baseline'
     gate.finish_training()
     assert gate.next_episode(_Actor(9)) == (True, _Actor(9))
-    assert gate.judge(10.0).kind == 'rejected'
+    assert gate.judge(10.0, 0.0).kind == 'rejected'
     assert gate.live_version == 1
 
 
@@ -106,21 +106,21 @@ def test_after_a_non_finite_baseline_any_finite_candidate_passes() -> None:
     gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.0)
     gate.start(_Actor(0))
     gate.next_episode(_Actor(0))
-    gate.judge(math.inf * -1)
+    gate.judge(math.inf * -1, 0.0)
     gate.finish_training()
     gate.next_episode(_Actor(1))
-    assert gate.judge(-5.0).kind == 'promoted'
+    assert gate.judge(-5.0, 0.0).kind == 'promoted'
 
 
 def test_a_tie_won_by_noise_drives_but_does_not_become_the_best() -> None:
     gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.05, best_margin=0.02)
     gate.next_episode(_Actor(0))
-    gate.judge(200.0)
+    gate.judge(200.0, 0.0)
     verdicts = []
     for version, score in ((1, 203.0), (2, 204.5), (3, 190.0)):
         gate.finish_training()
         assert gate.next_episode(_Actor(version)) == (True, _Actor(version))
-        v = gate.judge(score)
+        v = gate.judge(score, 0.0)
         verdicts.append((v.kind, v.new_best, gate.best_version, gate.live_version))
     # 203 is within the noise (< 204): live, not best; 204.5 beats 200 by more than 2 %: best;
     # 190 is within 5 % of 204.5 (>= 194.3)? No: rejected, the best and the live stay.
@@ -131,3 +131,36 @@ def test_a_tie_won_by_noise_drives_but_does_not_become_the_best() -> None:
     ]
     with pytest.raises(ValueError, match='eval_best_margin must be in'):
         PolicyGate(1, 0.05, best_margin=1.0)
+
+
+def test_a_candidate_that_returns_enough_but_does_not_balance_never_drives() -> None:
+    # The worn rig's case: 230 against a best of 240 (within 5 %), but 1.58 s of balance
+    # against the best's 4.30 s. Return alone let it drive; the balance bar does not.
+    gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.05, balance_margin=0.25)
+    gate.next_episode(_Actor(0))
+    assert math.isnan(gate.judge(240.0, balance_s=4.30).balance_bar_s)  # the baseline
+    verdicts = []
+    for version, score, balance in ((1, 230.0, 3.74), (2, 230.0, 1.58), (3, 200.0, 4.5)):
+        gate.finish_training()
+        assert gate.next_episode(_Actor(version)) == (True, _Actor(version))
+        v = gate.judge(score, balance_s=balance)
+        verdicts.append((v.kind, gate.live_version, v.reason))
+    assert gate.last is not None and gate.last.balance_bar_s == pytest.approx(0.75 * 4.30)
+    assert verdicts == [
+        ('promoted', 1, ''),  # 3.74 s >= 3.225 s
+        ('rejected', 1, 'balance 1.58 s below the bar 3.22 s'),
+        ('rejected', 1, 'return 200.00 below the bar 228.00'),  # a long balance is not enough
+    ]
+    # The bar is the best evaluation's balance, not the live one's (3.74 s): no slide.
+    assert (gate.best_version, gate.best_balance_s) == (0, 4.30)
+
+
+def test_without_a_balance_margin_return_alone_decides() -> None:
+    gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.05)  # balance_margin 1: off
+    gate.next_episode(_Actor(0))
+    gate.judge(240.0, balance_s=4.30)
+    gate.finish_training()
+    gate.next_episode(_Actor(1))
+    assert gate.judge(230.0, balance_s=0.0).kind == 'promoted'
+    with pytest.raises(ValueError, match=r'eval_balance_margin must be in \[0, 1\], got 1.5'):
+        PolicyGate(1, 0.05, balance_margin=1.5)

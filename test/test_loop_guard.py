@@ -17,7 +17,6 @@ from rip_control.policy import NumpyActor, random_actor
 from rip_control.rig.client import LowLevelClient
 from rip_control.rig.emulator_process import EmulatorProcess
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE, RealRotaryInvertedPendulumEnv, TaskConfig
-from rip_control.rt.gate import PolicyGate
 from rip_control.rt.loop import ControlLoop, EpisodeSummary, LoopConfig, TickSample
 from rip_control.rt.outbox import Outbox
 from rip_control.transitions import Transition
@@ -55,10 +54,14 @@ def test_evaluations_send_nothing_count_for_nothing_and_only_the_live_actor_trai
             task = TaskConfig(rate_hz=50.0, episode_seconds=0.4)  # 20 ticks
             env = RealRotaryInvertedPendulumEnv(client, task)
             cfg = LoopConfig(
-                episodes=3, eval_every_episodes=1, eval_margin=0.05, eval_steps=eval_steps
+                episodes=3,
+                eval_every_episodes=1,
+                eval_margin=0.05,
+                eval_balance_margin=0.25,
+                eval_steps=eval_steps,
             )
             box = _Box(_actor(1))
-            gate: PolicyGate[NumpyActor] = PolicyGate(1, 0.05)
+            gate = cfg.gate()
             gate.start(box.actor)
             transitions: Outbox[Transition] = Outbox(100_000, holdback=2)
             episodes: Outbox[EpisodeSummary] = Outbox(100)
@@ -86,6 +89,12 @@ def test_evaluations_send_nothing_count_for_nothing_and_only_the_live_actor_trai
     assert [e.policy_version for e in done if not e.evaluation] == [1, live_after, live_after]
     evals = [e for e in done if e.evaluation]
     assert all(e.transitions_published == 0 for e in evals)
+    # The guard judged each evaluation on its return and its longest balance, and said so.
+    assert gate.last is not None and gate.last.balance_s == evals[-1].balance_s
+    assert (evals[0].best_balance_s, evals[1].eval_balance_bar_s) == (
+        evals[0].balance_s,
+        0.75 * evals[0].balance_s,
+    )
     # Each evaluation ran its own length (a mean action of 0 never reaches the arm limit).
     assert [(e.n_ticks, e.terminated) for e in evals] == [(eval_steps, False)] * 2
     assert all(e.n_ticks == 20 or e.terminated for e in done if not e.evaluation)

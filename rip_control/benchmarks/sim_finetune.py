@@ -136,6 +136,7 @@ def run_one(a: argparse.Namespace, seed: int, runs: Path) -> dict[str, Any]:
         int(control['eval_every_episodes']),
         float(control['eval_margin']),
         float(control.get('eval_best_margin', 0.0)),
+        float(control.get('eval_balance_margin', 1.0)),
     )
     eval_s = float(control.get('eval_episode_seconds', 0.0)) or a.episode_seconds
 
@@ -147,7 +148,7 @@ def run_one(a: argparse.Namespace, seed: int, runs: Path) -> dict[str, Any]:
     if gate.enabled:
         gate.start(_Version(0))
         gate.next_episode(_Version(0))
-        gate.judge(baseline['return'])
+        gate.judge(baseline['return'], baseline['balance_s'])
     stored = updates = actor_updates = 0
     t0 = time.monotonic()
     for ep in range(a.episodes):
@@ -189,7 +190,7 @@ def run_one(a: argparse.Namespace, seed: int, runs: Path) -> dict[str, Any]:
             evaluate, _ = gate.next_episode(_Version(actor_updates))
             if evaluate:
                 e = _evaluate(model.actor, params, eval_s, 1, 10_000 + seed + ep + 1)
-                v = gate.judge(e['return'])
+                v = gate.judge(e['return'], e['balance_s'])
                 if v.kind == 'promoted':
                     live = copy.deepcopy(model.actor)
                 if v.new_best:

@@ -58,6 +58,7 @@ class NodeSettings:
             eval_every_episodes=p('eval_every_episodes').value,
             eval_margin=p('eval_margin').value,
             eval_best_margin=p('eval_best_margin').value,
+            eval_balance_margin=p('eval_balance_margin').value,
             eval_steps=round(p('eval_episode_seconds').value * task.rate_hz),
         )
         cpu = p('control_cpu').value

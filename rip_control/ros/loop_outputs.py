@@ -46,6 +46,9 @@ EPISODE_FIELDS = (
     'live_version',
     'best_version',
     'best_score',
+    'best_balance_s',
+    'eval_bar',
+    'eval_balance_bar_s',
 )
 
 
@@ -183,6 +186,9 @@ class LoopOutputs:
             float(ep.live_version),
             float(ep.best_version),
             ep.best_score,
+            ep.best_balance_s,
+            ep.eval_bar,
+            ep.eval_balance_bar_s,
         ]
         self._episode_pub.publish(msg)
         kind = 'evaluation episode' if ep.evaluation else 'episode'

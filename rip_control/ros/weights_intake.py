@@ -64,13 +64,17 @@ class WeightsIntake:
         elif ep.verdict == 'rejected':
             self.rejected_by_guard += 1
         bar = '' if math.isnan(ep.eval_bar) else f' (bar {ep.eval_bar:.2f})'
+        balance_bar = ep.eval_balance_bar_s
+        if ep.verdict == 'rejected' and ep.episode_return >= ep.eval_bar:
+            # The return passed: the balance is what fell short.
+            bar += f', balance {ep.balance_s:.2f} s below the bar {balance_bar:.2f} s'
         self.last_verdict = (
             f'v{ep.policy_version} {ep.verdict}: evaluation return {ep.episode_return:.2f}{bar}'
         )
         line = (
             f'evaluation of policy v{ep.policy_version}: return {ep.episode_return:.2f}{bar} -> '
             f'{ep.verdict}; live v{ep.live_version}, best v{ep.best_version} '
-            f'({ep.best_score:.2f})'
+            f'({ep.best_score:.2f}, balance {ep.best_balance_s:.2f} s)'
         )
         if ep.verdict != 'rejected' and ep.best_version == ep.policy_version:
             best = run_dir / BEST_POLICY_FILE

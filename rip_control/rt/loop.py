@@ -107,6 +107,8 @@ class LoopConfig:
         still go live, as a fraction of it.
     :param eval_best_margin: how far above the best evaluation return a candidate must score
         to become the best (:class:`~rip_control.rt.gate.PolicyGate`).
+    :param eval_balance_margin: how far below the best evaluation's longest balance a
+        candidate's may be and still go live, as a fraction of it (1: no requirement).
     :param eval_steps: ticks of an evaluation episode, fewer or more than a training
         episode's (0: as many).
     """
@@ -124,6 +126,7 @@ class LoopConfig:
     eval_every_episodes: int = 0
     eval_margin: float = 0.05
     eval_best_margin: float = 0.0
+    eval_balance_margin: float = 1.0
     eval_steps: int = 0
 
     def __post_init__(self) -> None:
@@ -144,7 +147,12 @@ class LoopConfig:
 
     def gate(self) -> PolicyGate[NumpyActor]:
         """A regression guard with these settings."""
-        return PolicyGate(self.eval_every_episodes, self.eval_margin, self.eval_best_margin)
+        return PolicyGate(
+            self.eval_every_episodes,
+            self.eval_margin,
+            self.eval_best_margin,
+            self.eval_balance_margin,
+        )
 
 
 @dataclass(frozen=True)
@@ -168,8 +176,9 @@ class EpisodeSummary:
 
     An evaluation episode (``evaluation``) was driven by its actor's mean action and sent no
     transitions; ``verdict`` is the guard's (``baseline``, ``promoted``, ``rejected``).
-    ``live_version``, ``best_version`` and ``best_score`` are the guard's state after it
-    (-1 and NaN with the guard off).
+    ``eval_bar`` and ``eval_balance_bar_s`` are what an evaluated candidate had to reach;
+    ``live_version``, ``best_version``, ``best_score`` and ``best_balance_s`` are the guard's
+    state after it (-1 and NaN with the guard off).
     """
 
     episode: int
@@ -188,9 +197,11 @@ class EpisodeSummary:
     evaluation: bool = False
     verdict: str = ''
     eval_bar: float = math.nan
+    eval_balance_bar_s: float = math.nan
     live_version: int = -1
     best_version: int = -1
     best_score: float = math.nan
+    best_balance_s: float = math.nan
 
 
 class LoopStatus:
@@ -474,8 +485,9 @@ class ControlLoop:
     def _finish_episode(self, episode: _Episode, terminated: bool, st: LoopStatus) -> None:
         gate = self.gate
         verdict = None
+        balance_s = episode.best_balance_ticks * self.env.config.period_s
         if episode.evaluation:
-            verdict = gate.judge(episode.ret)
+            verdict = gate.judge(episode.ret, balance_s)
             st.eval_episodes += 1
         else:
             gate.finish_training()
@@ -488,7 +500,7 @@ class ControlLoop:
             max_overrun_s=max(episode.max_overrun_s, 0.0),
             n_strikes=episode.strikes,
             episode_return=episode.ret,
-            balance_s=episode.best_balance_ticks * self.env.config.period_s,
+            balance_s=balance_s,
             terminated=terminated,
             policy_version=episode.policy_version,
             transitions_published=episode.published,
@@ -497,9 +509,11 @@ class ControlLoop:
             evaluation=episode.evaluation,
             verdict=verdict.kind if verdict else '',
             eval_bar=verdict.bar if verdict else math.nan,
+            eval_balance_bar_s=verdict.balance_bar_s if verdict else math.nan,
             live_version=gate.live_version,
             best_version=gate.best_version,
             best_score=gate.best_score,
+            best_balance_s=gate.best_balance_s,
         )
         st.episodes += 1
         self.episodes_out.push_from_rt(summary)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 import json
+import math
 import os
 from pathlib import Path
 import signal
@@ -302,6 +303,8 @@ class _Monitor:
         if ep.get('evaluation'):
             self.evaluations.append(ep)
             verdict = VERDICTS[int(ep['verdict'])] if 0 <= ep['verdict'] < len(VERDICTS) else '?'
+            if verdict == 'rejected' and ep['return'] >= ep.get('eval_bar', math.inf):
+                verdict += f' (balance under {ep.get("eval_balance_bar_s", math.nan):.2f} s)'
             _say(
                 f'{prefix}evaluation {int(ep["episode"]):3d}: return {ep["return"]:8.2f}, balance '
                 f'{ep["balance_s"]:5.2f} s, policy v{int(ep["policy_version"])} {verdict}; live '

@@ -277,6 +277,14 @@ CONTROL_PARAMETERS = (
         0.99,
     ),
     Param(
+        'eval_balance_margin',
+        1.0,
+        "regression guard: fraction of the best evaluation's longest balance a candidate's may "
+        'fall short by and still go live (1: no balance requirement, return alone decides)',
+        0.0,
+        1.0,
+    ),
+    Param(
         'eval_episode_seconds',
         0.0,
         'regression guard: evaluation episode length, s (0: episode_seconds; may be longer)',

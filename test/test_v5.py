@@ -120,3 +120,27 @@ def test_v5_short_runs_all_three_ways_and_writes_json_and_plots(tmp_path):
     for suffix in ('balance_hist', 'dt_hist', 'learning_curve'):
         assert (tmp_path / f'v5_rig_shifted_heavy_{suffix}.png').stat().st_size > 1000
     assert '(c) sync fine-tune' in proc.stdout
+    # Over seeds: one row per arm, each seed's deployment mean, then their mean and the worst.
+    other = json.loads(out.read_text())
+    other['seed'] = 1
+    sim = other['deployment']['sim_only']['summary']['longest_balance_s']
+    first = doc['deployment']['sim_only']['summary']['longest_balance_s']['mean']
+    sim['mean'] = first + 2.0
+    out1 = tmp_path / 'v5_seed1.json'
+    out1.write_text(json.dumps(other))
+    table = _run('rip_control.bench', 'v5-seeds-table', str(out), str(out1))
+    assert table.returncode == 0, table.stderr[-2000:]
+    rows = [r for r in table.stdout.splitlines() if r.startswith('| rig_shifted_heavy')]
+    assert [r.split(' | ')[2] for r in rows] == [
+        '(a) simulation only',
+        '(b) async fine-tune',
+        '(c) sync fine-tune',
+    ]
+    cells = rows[0].split(' | ')
+    assert cells[3:6] == [
+        '0, 1',
+        f'{first + 1.0:.2f} s ({first:.2f} s)',
+        f'{first:.2f}, {first + 2.0:.2f}',
+    ], rows[0]
+    swung = doc['deployment']['async_finetuned']['summary']['swung_up']
+    assert rows[1].split(' | ')[6] == f'{2 * swung}/2'  # both seeds' episodes counted

@@ -821,6 +821,8 @@ def main(argv: list[str] | None = None) -> int:
     tt.add_argument('file')
     vt = sub.add_parser('v5-table', help='markdown table of V5 result files')
     vt.add_argument('files', nargs='+')
+    vs = sub.add_parser('v5-seeds-table', help='markdown table of V5 over seeds, per rig')
+    vs.add_argument('files', nargs='+')
     a = ap.parse_args(argv)
     if a.bench == 'table':
         print(timing_table(a.files))
@@ -833,6 +835,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.bench == 'v5-table':
         print(bench_v5.v5_table([json.loads(Path(f).read_text()) for f in a.files]))
+        return 0
+    if a.bench == 'v5-seeds-table':
+        print(bench_v5.v5_seeds_table([json.loads(Path(f).read_text()) for f in a.files]))
         return 0
     if a.bench == 'safeguards-table':
         docs = [json.loads(Path(f).read_text()) for f in a.files]

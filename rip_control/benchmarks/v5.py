@@ -380,6 +380,62 @@ def v5_table(docs: list[dict[str, Any]]) -> str:
     return '\n'.join(rows)
 
 
+def v5_seeds_table(docs: list[dict[str, Any]]) -> str:
+    """Markdown table of V5 over seeds: one row per rig, network and arm (the README's).
+
+    Balance is each seed's deployment mean (5 x 10 s), then the mean and the worst of those;
+    the real rate is the fine-tune's measured tick rate over the run, lowest and highest seed.
+    """
+    rows = [
+        '| rig | nets | policy | seeds | longest balance, mean (min) over seeds | per seed | '
+        'swung up | chatter TV/s | fine-tune real rate, min-max | late ticks (> 5 ms) | '
+        'transitions, updates (mean) |',
+        '|---|---|---|---|---|---|---|---|---|---|---|',
+    ]
+    labels = {
+        'sim_only': '(a) simulation only',
+        'async_finetuned': '(b) async fine-tune',
+        'sync_finetuned': '(c) sync fine-tune',
+    }
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for doc in docs:
+        nets = str(list(doc.get('learner_parameters', {}).get('hidden_sizes', [64, 64])))
+        groups.setdefault((Path(doc['rig']).stem, nets), []).append(doc)
+    for (rig, nets), group in groups.items():
+        group.sort(key=lambda d: int(d['seed']))
+        seeds = ', '.join(str(d['seed']) for d in group)
+        for name, label in labels.items():
+            runs = [d for d in group if name in d['deployment']]
+            if not runs:
+                continue
+            sums = [d['deployment'][name]['summary'] for d in runs]
+            bal = [s['longest_balance_s']['mean'] for s in sums]
+            swung = sum(s['swung_up'] for s in sums)
+            total = sum(s['episodes'] for s in sums)
+            tv = float(np.mean([s['action_tv_per_s']['mean'] for s in sums]))
+            rate = late = counts = ''
+            arm = {'async_finetuned': 'async', 'sync_finetuned': 'sync'}.get(name)
+            if arm is not None and all(arm in d['finetune'] for d in runs):
+                ticks = [d['finetune'][arm]['ticks'] for d in runs]
+                hz = [t['measured_rate_hz'] for t in ticks]
+                rate = f'{min(hz):.2f}-{max(hz):.2f} Hz'
+                late = ', '.join(str(int(t['n_violations'])) for t in ticks)
+                if arm == 'async':
+                    ls = [d['finetune']['async'].get('learner') or {} for d in runs]
+                    n = np.mean([float(x.get('transitions_accepted', 0)) for x in ls])
+                    u = np.mean([float(x.get('gradient_steps_done', 0)) for x in ls])
+                else:
+                    n = np.mean([t['n_ticks'] for t in ticks])
+                    u = np.mean([float(d['finetune']['sync'].get('updates', 0)) for d in runs])
+                counts = f'{n:.0f}, {u:.0f}'
+            rows.append(
+                f'| {rig} | {nets} | {label} | {seeds} | {np.mean(bal):.2f} s ({min(bal):.2f} s) '
+                f'| {", ".join(f"{b:.2f}" for b in bal)} | {swung}/{total} | {tv:.2f} | {rate} '
+                f'| {late} | {counts} |'
+            )
+    return '\n'.join(rows)
+
+
 def safeguards_table(docs: list[dict[str, Any]]) -> str:
     """Markdown: one row per (rig, configuration) of ``bench v5 --skip-sync --label`` runs."""
     rows = [

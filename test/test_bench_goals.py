@@ -98,6 +98,35 @@ def test_the_matrix_table_counts_the_seeds_that_deployed_their_starting_policy()
     assert '8.00, 8.00, seed 1 failed' in row and row.endswith('| 2/3 |'), row
 
 
+def test_a_seed_that_delivered_the_starting_policy_is_scored_as_that_policy(tmp_path) -> None:
+    import dataclasses
+    from pathlib import Path
+
+    import numpy as np
+
+    from rip_control.benchmarks.matrix import matrix_table, same_weights
+    from rip_control.policy import encode_actor, load_actor_file
+    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+
+    # The shipped policy, and the same weights re-saved under another version (what the node
+    # writes to policy_best when no candidate beats the baseline), and one weight changed.
+    shipped = Path(__file__).resolve().parent.parent / 'policies/sim_50hz/policy.safetensors'
+    actor = load_actor_file(shipped, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+    again, changed = tmp_path / 'again.safetensors', tmp_path / 'changed.safetensors'
+    meta = dataclasses.replace(actor.meta, version=7)
+    again.write_bytes(encode_actor(meta, actor.tensors))
+    tensors = {k: v.copy() for k, v in actor.tensors.items()}
+    tensors['mu.bias'] = tensors['mu.bias'] + np.float32(1e-6)
+    changed.write_bytes(encode_actor(meta, tensors))
+    assert same_weights(again, shipped, 50.0) and not same_weights(changed, shipped, 50.0)
+
+    sim = {'longest_balance_s': {'mean': 8.16}}
+    run = {'deployment': {'longest_balance_s': {'mean': 7.74}}, 'goals': ALL_MET}
+    doc = {'rigs': {'worn': {'sim_only': sim, 'runs': [{**run, 'same_as_sim_only': True}, run]}}}
+    (row,) = matrix_table([doc]).splitlines()[2:]
+    assert '| 7.95 s (7.74 s) | 8.16* (7.74), 7.74 |' in row, row
+
+
 def test_the_readmes_c_firmware_tables_are_generated_from_the_committed_results() -> None:
     # The README's figures come from bench/results/: regenerating the tables from the JSON
     # must give back exactly what the README shows.

@@ -109,7 +109,9 @@ def test_v4_short_finetune_holds_rate_learns_and_resumes(tmp_path):
 def test_a_harmful_update_never_drives_the_rig(tmp_path):
     """Learning rate 0.1 wrecks the actor: the regression guard keeps every one off the rig."""
     params = _params_file(
-        tmp_path, control={'eval_every_episodes': 1}, learner={'learning_rate': 0.1}
+        tmp_path,
+        control={'eval_every_episodes': 1, 'eval_balance_margin': 0.25},
+        learner={'learning_rate': 0.1},
     )
     proc, s = _finetune(tmp_path, 'episodes:=4', params=params)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -119,6 +121,11 @@ def test_a_harmful_update_never_drives_the_rig(tmp_path):
     candidates = [e for e in evals[1:] if e['policy_version'] > baseline['policy_version']]
     assert candidates, f'no newer policy was evaluated: {evals}'  # else nothing was guarded
     assert all(e['verdict'] == 'rejected' for e in candidates), evals
+    # Each evaluation carries the bars it was judged against: the balance one is 75 % of the
+    # best's (the baseline's, as nothing beat it).
+    for e in candidates:
+        assert e['best_balance_s'] == baseline['balance_s'], e
+        assert e['eval_balance_bar_s'] == pytest.approx(0.75 * baseline['balance_s']), e
     # Every training episode was driven by the initial policy, and it stays the best.
     assert set(s['policy_versions']) == {baseline['policy_version']}
     assert s['live_policy_version'] == s['best_policy_version'] == baseline['policy_version']

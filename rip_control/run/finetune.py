@@ -63,6 +63,11 @@ STOPPING_NOTE = (
 _print_lock = threading.Lock()
 
 
+def _finite_or_none(x: float | None) -> float | None:
+    """``x`` for a JSON summary: None where it is missing or not finite."""
+    return x if x is not None and math.isfinite(x) else None
+
+
 def _say(text: str, file: Any = None) -> None:
     """Print whole lines from any thread (child logs and progress lines never interleave)."""
     with _print_lock:
@@ -724,6 +729,10 @@ def _summarise(
                 'return': e['return'],
                 'balance_s': e['balance_s'],
                 'verdict': VERDICTS[int(e['verdict'])],
+                # What it was judged against (None for the baseline, which sets them).
+                'bar': _finite_or_none(e.get('eval_bar')),
+                'eval_balance_bar_s': _finite_or_none(e.get('eval_balance_bar_s')),
+                'best_balance_s': _finite_or_none(e.get('best_balance_s')),
             }
             for e in monitor.evaluations
         ],

@@ -2,7 +2,9 @@
 
 import math
 
-from rip_control.benchmarks.matrix import check
+import pytest
+
+from rip_control.benchmarks.matrix import check, score
 
 # A (rig, seed) cell's goals, every one met (what the table tests vary is elsewhere).
 ALL_MET = {
@@ -120,11 +122,24 @@ def test_a_seed_that_delivered_the_starting_policy_is_scored_as_that_policy(tmp_
     changed.write_bytes(encode_actor(meta, tensors))
     assert same_weights(again, shipped, 50.0) and not same_weights(changed, shipped, 50.0)
 
-    sim = {'longest_balance_s': {'mean': 8.16}}
-    run = {'deployment': {'longest_balance_s': {'mean': 7.74}}, 'goals': ALL_MET}
-    doc = {'rigs': {'worn': {'sim_only': sim, 'runs': [{**run, 'same_as_sim_only': True}, run]}}}
+    # The same policy measured twice (8.16 s, then 7.74 s on the seed's deployment): no gain,
+    # no loss, chatter unchanged, and the 8 s floor judged on both pooled (7.95 s): missed.
+    # Different weights with the same figures: judged on the deployment alone.
+    sim, tuned = _summary(8.16, 20.0), _summary(7.74, 21.0)
+    same = score(sim, tuned, True, [240, 230], 8.0)
+    assert (same['balance_gain_s'], same['chatter_ratio']) == (0.0, 1.0)
+    assert same['pooled_balance_s'] == pytest.approx(7.95) and not same['balance_ok']
+    assert score(sim, tuned, True, [240, 230], None)['balance_ok']
+    other = score(sim, tuned, False, [240, 230], None)
+    assert other['balance_gain_s'] == pytest.approx(-0.42) and not other['balance_ok']
+    assert 'pooled_balance_s' not in other
+
+    def cell(goals: dict) -> dict:
+        return {'deployment': tuned, 'goals': goals}
+
+    doc = {'rigs': {'worn': {'sim_only': sim, 'runs': [cell(same), cell(other)]}}}
     (row,) = matrix_table([doc]).splitlines()[2:]
-    assert '| 7.95 s (7.74 s) | 8.16* (7.74), 7.74 |' in row, row
+    assert '| 7.85 s (7.74 s) | 7.95* (7.74), 7.74 |' in row and row.endswith('| 0/2 |'), row
 
 
 def test_the_readmes_c_firmware_tables_are_generated_from_the_committed_results() -> None:

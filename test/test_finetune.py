@@ -121,11 +121,14 @@ def test_a_harmful_update_never_drives_the_rig(tmp_path):
     candidates = [e for e in evals[1:] if e['policy_version'] > baseline['policy_version']]
     assert candidates, f'no newer policy was evaluated: {evals}'  # else nothing was guarded
     assert all(e['verdict'] == 'rejected' for e in candidates), evals
-    # Each evaluation carries the bars it was judged against: the balance one is 75 % of the
-    # best's (the baseline's, as nothing beat it).
+    # Each evaluation carries the bars it was judged against (the balance one 75 % of the
+    # baseline's, as nothing else went live) and the one it missed; the baseline sets them.
+    assert (baseline['bar'], baseline['balance_bar_s'], baseline['rejected_for']) == (
+        None,
+    ) * 2 + ('',)
     for e in candidates:
-        assert e['best_balance_s'] == baseline['balance_s'], e
-        assert e['eval_balance_bar_s'] == pytest.approx(0.75 * baseline['balance_s']), e
+        assert e['balance_bar_s'] == pytest.approx(0.75 * baseline['balance_s'], abs=1e-9), e
+        assert e['rejected_for'].startswith(('return ', 'balance ')), e
     # Every training episode was driven by the initial policy, and it stays the best.
     assert set(s['policy_versions']) == {baseline['policy_version']}
     assert s['live_policy_version'] == s['best_policy_version'] == baseline['policy_version']

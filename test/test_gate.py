@@ -148,11 +148,11 @@ def test_a_candidate_that_returns_enough_but_does_not_balance_never_drives() -> 
     assert gate.last is not None and gate.last.balance_bar_s == pytest.approx(0.75 * 4.30)
     assert verdicts == [
         ('promoted', 1, ''),  # 3.74 s >= 3.225 s
-        ('rejected', 1, 'balance 1.58 s below the bar 3.22 s'),
+        ('rejected', 1, 'balance 1.580 s below the bar 3.225 s'),
         ('rejected', 1, 'return 200.00 below the bar 228.00'),  # a long balance is not enough
     ]
-    # The bar is the best evaluation's balance, not the live one's (3.74 s): no slide.
-    assert (gate.best_version, gate.best_balance_s) == (0, 4.30)
+    # The reference is the longest balance that went live (4.30 s), not the live one's (3.74 s).
+    assert (gate.best_version, gate.balance_reference_s) == (0, 4.30)
 
 
 def test_without_a_balance_margin_return_alone_decides() -> None:
@@ -164,3 +164,56 @@ def test_without_a_balance_margin_return_alone_decides() -> None:
     assert gate.judge(230.0, balance_s=0.0).kind == 'promoted'
     with pytest.raises(ValueError, match=r'eval_balance_margin must be in \[0, 1\], got 1.5'):
         PolicyGate(1, 0.05, balance_margin=1.5)
+
+
+def test_the_balance_reference_only_rises_so_the_bar_cannot_slide() -> None:
+    # Each new best returns more but balances 75 % as long: were the reference the best's own
+    # balance, the bar would go 3.0 -> 2.25 -> 1.69 s. It stays at 75 % of the longest.
+    gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.05, balance_margin=0.25)
+    gate.next_episode(_Actor(0))
+    gate.judge(100.0, 4.0)
+    bars = []
+    for version, score, balance in ((1, 110.0, 3.0), (2, 120.0, 2.9), (3, 130.0, 2.2)):
+        gate.finish_training()
+        gate.next_episode(_Actor(version))
+        v = gate.judge(score, balance)
+        bars.append((v.kind, v.balance_bar_s, v.missed))
+    assert bars == [
+        ('promoted', 3.0, ''),
+        ('rejected', 3.0, 'balance'),
+        ('rejected', 3.0, 'balance'),
+    ]
+    assert (gate.best_version, gate.live_version) == (1, 1)
+
+
+def test_a_baseline_that_never_swung_up_is_raised_by_the_first_that_does() -> None:
+    # A baseline that failed its swing-up (0.16 s) sets no useful balance bar; the first
+    # candidate that goes live balancing 5.4 s does, even if it is not a new best by return.
+    gate: PolicyGate[_Actor] = PolicyGate(
+        every=1, margin=0.05, best_margin=0.5, balance_margin=0.25
+    )
+    gate.next_episode(_Actor(0))
+    gate.judge(171.0, 0.16)
+    gate.finish_training()
+    gate.next_episode(_Actor(1))
+    assert gate.judge(200.0, 5.4).new_best is False  # not 50 % better: not the best
+    gate.finish_training()
+    gate.next_episode(_Actor(2))
+    v = gate.judge(200.0, 1.0)
+    assert (v.kind, v.missed, v.balance_bar_s) == ('rejected', 'balance', pytest.approx(4.05))
+
+
+def test_non_finite_figures_from_an_evaluation() -> None:
+    gate: PolicyGate[_Actor] = PolicyGate(every=1, best_margin=0.02, balance_margin=0.25)
+    gate.next_episode(_Actor(0))
+    gate.judge(math.nan, math.nan)  # a broken baseline: -inf, and no balance
+    gate.finish_training()
+    gate.next_episode(_Actor(1))
+    v = gate.judge(50.0, math.inf)  # any finite return beats it and becomes the best
+    assert (v.kind, v.new_best, v.balance_s) == ('promoted', True, 0.0)
+    assert (gate.best_version, gate.best_score) == (1, 50.0)
+    gate.finish_training()
+    gate.next_episode(_Actor(2))
+    v = gate.judge(math.inf, 1.0)
+    assert (v.kind, v.missed) == ('rejected', 'return')
+    assert v.reason == 'return -inf below the bar 47.50'

@@ -397,11 +397,16 @@ def v5_seeds_table(docs: list[dict[str, Any]]) -> str:
         'async_finetuned': '(b) async fine-tune',
         'sync_finetuned': '(c) sync fine-tune',
     }
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
     for doc in docs:
         nets = str(list(doc.get('learner_parameters', {}).get('hidden_sizes', [64, 64])))
-        groups.setdefault((Path(doc['rig']).stem, nets), []).append(doc)
-    for (rig, nets), group in groups.items():
+        # Seeds of one configuration: the same rig, networks, starting policy and label.
+        key = (Path(doc['rig']).stem, nets, str(doc['policies']['sim_only']), doc.get('label', ''))
+        group = groups.setdefault(key, [])
+        if any(d['seed'] == doc['seed'] for d in group):
+            raise ValueError(f'{key[0]} {nets}: seed {doc["seed"]} is given twice')
+        group.append(doc)
+    for (rig, nets, _, _), group in groups.items():
         group.sort(key=lambda d: int(d['seed']))
         seeds = ', '.join(str(d['seed']) for d in group)
         for name, label in labels.items():

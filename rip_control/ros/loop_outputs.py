@@ -24,7 +24,7 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray, MultiArrayDimensi
 from rip_control.files import atomic_write_bytes
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.ros.qos import TICK_QOS, TRANSITIONS_QOS
-from rip_control.rt.gate import VERDICTS
+from rip_control.rt.gate import MISSED, VERDICTS
 from rip_control.rt.link import RtStatus
 from rip_control.rt.loop import EpisodeSummary
 from rip_control.telemetry import EpisodeTiming, TimingCsv
@@ -46,9 +46,10 @@ EPISODE_FIELDS = (
     'live_version',
     'best_version',
     'best_score',
-    'best_balance_s',
+    'balance_reference_s',
     'eval_bar',
     'eval_balance_bar_s',
+    'eval_missed',
 )
 
 
@@ -186,9 +187,10 @@ class LoopOutputs:
             float(ep.live_version),
             float(ep.best_version),
             ep.best_score,
-            ep.best_balance_s,
+            ep.balance_reference_s,
             ep.eval_bar,
             ep.eval_balance_bar_s,
+            float(MISSED.index(ep.eval_missed) if ep.eval_missed in MISSED else 0),
         ]
         self._episode_pub.publish(msg)
         kind = 'evaluation episode' if ep.evaluation else 'episode'

@@ -16,7 +16,7 @@ from typing import Any
 from rip_control.files import atomic_write_bytes
 from rip_control.policy import PolicyRejected, decode_actor
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
-from rip_control.rt.gate import BEST_POLICY_FILE
+from rip_control.rt.gate import BEST_POLICY_FILE, rejection_reason
 from rip_control.rt.handle import RtProcess
 from rip_control.rt.loop import EpisodeSummary
 
@@ -64,17 +64,17 @@ class WeightsIntake:
         elif ep.verdict == 'rejected':
             self.rejected_by_guard += 1
         bar = '' if math.isnan(ep.eval_bar) else f' (bar {ep.eval_bar:.2f})'
-        balance_bar = ep.eval_balance_bar_s
-        if ep.verdict == 'rejected' and ep.episode_return >= ep.eval_bar:
-            # The return passed: the balance is what fell short.
-            bar += f', balance {ep.balance_s:.2f} s below the bar {balance_bar:.2f} s'
+        if ep.eval_missed:
+            bar += ': ' + rejection_reason(
+                ep.eval_missed, ep.episode_return, ep.eval_bar, ep.balance_s, ep.eval_balance_bar_s
+            )
         self.last_verdict = (
             f'v{ep.policy_version} {ep.verdict}: evaluation return {ep.episode_return:.2f}{bar}'
         )
         line = (
             f'evaluation of policy v{ep.policy_version}: return {ep.episode_return:.2f}{bar} -> '
             f'{ep.verdict}; live v{ep.live_version}, best v{ep.best_version} '
-            f'({ep.best_score:.2f}, balance {ep.best_balance_s:.2f} s)'
+            f'({ep.best_score:.2f}, balance {ep.balance_reference_s:.2f} s)'
         )
         if ep.verdict != 'rejected' and ep.best_version == ep.policy_version:
             best = run_dir / BEST_POLICY_FILE

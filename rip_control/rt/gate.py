@@ -32,6 +32,8 @@ BEST_POLICY_FILE = 'policy_best.safetensors'
 """The best-evaluated actor, in the run folder (the node writes it; ``policy:=auto`` takes it)."""
 VERDICTS = ('', 'baseline', 'promoted', 'rejected')
 """``verdict`` of an ``~/episode`` message is an index into this (0: a training episode)."""
+MISSED = ('', 'return', 'balance')
+"""Which bar a rejected candidate missed (``eval_missed`` of ``~/episode`` indexes this)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class Verdict:
     :param balance_s: its longest balance in the evaluation.
     :param balance_bar_s: the balance it had to reach (NaN for a baseline; 0 with no balance
         requirement).
+    :param missed: for a rejection, the bar it missed: ``return`` (checked first) or
+        ``balance``; '' otherwise.
     """
 
     kind: str
@@ -56,15 +60,25 @@ class Verdict:
     new_best: bool
     balance_s: float = math.nan
     balance_bar_s: float = math.nan
+    missed: str = ''
 
     @property
     def reason(self) -> str:
-        """Why a candidate was rejected ('' otherwise): the bar it missed."""
-        if self.kind != 'rejected':
-            return ''
-        if not (math.isfinite(self.score) and self.score >= self.bar):
-            return f'return {self.score:.2f} below the bar {self.bar:.2f}'
-        return f'balance {self.balance_s:.2f} s below the bar {self.balance_bar_s:.2f} s'
+        """Why a candidate was rejected ('' otherwise), for a log line."""
+        return rejection_reason(
+            self.missed, self.score, self.bar, self.balance_s, self.balance_bar_s
+        )
+
+
+def rejection_reason(
+    missed: str, score: float, bar: float, balance_s: float, balance_bar_s: float
+) -> str:
+    """The bar a rejected candidate missed, with both figures ('' if it missed none)."""
+    if missed == 'return':
+        return f'return {score:.2f} below the bar {bar:.2f}'
+    if missed == 'balance':
+        return f'balance {balance_s:.3f} s below the bar {balance_bar_s:.3f} s'
+    return ''
 
 
 class PolicyGate(Generic[A]):
@@ -79,9 +93,10 @@ class PolicyGate(Generic[A]):
         fraction of its magnitude: one evaluation episode is noisy, and a tie won by noise
         would replace a measured policy with an unmeasured one (0: any higher return).
     :param balance_margin: a candidate goes live only if its longest balance is also at least
-        ``1 - balance_margin`` times the best evaluation's. Return alone can hide a policy that
-        hovers near upright without holding it: on the worn rig one returned 96 % of the best
-        while it balanced 1.58 s against 4.3 s (1: no balance requirement).
+        ``1 - balance_margin`` times the longest any evaluation that went live has shown (the
+        baseline's included; it only rises, so it cannot slide). Return alone can hide a
+        policy that hovers near upright without holding it: on the worn rig one returned 96 %
+        of the best while it balanced 1.58 s against 4.3 s (1: no balance requirement).
     """
 
     def __init__(
@@ -106,7 +121,7 @@ class PolicyGate(Generic[A]):
         self.live: A | None = None
         self.best_version = -1
         self.best_score = math.nan
-        self.best_balance_s = math.nan  # the best evaluation's longest balance
+        self.balance_reference_s = math.nan  # longest balance of an evaluation that went live
         self.last: Verdict | None = None
         self.promoted = 0
         self.rejected = 0
@@ -141,9 +156,9 @@ class PolicyGate(Generic[A]):
 
     def balance_bar(self) -> float:
         """The longest balance a candidate must reach (NaN before the baseline)."""
-        if math.isnan(self.best_balance_s):
+        if math.isnan(self.balance_reference_s):
             return math.nan
-        return (1.0 - self.balance_margin) * self.best_balance_s
+        return (1.0 - self.balance_margin) * self.balance_reference_s
 
     def next_episode(self, latest: A) -> tuple[bool, A]:
         """``(is_evaluation, actor)`` for the episode starting now.
@@ -182,23 +197,32 @@ class PolicyGate(Generic[A]):
             score = -math.inf
         if not math.isfinite(balance_s):
             balance_s = 0.0
+        missed = ''
         if math.isnan(self.best_score):
             kind, bar, balance_bar = 'baseline', math.nan, math.nan
         else:
             bar, balance_bar = self.bar(), self.balance_bar()
-            passed = math.isfinite(score) and score >= bar and balance_s >= balance_bar
-            kind = 'promoted' if passed else 'rejected'
+            if not (math.isfinite(score) and score >= bar):
+                missed = 'return'
+            elif balance_s < balance_bar:
+                missed = 'balance'
+            kind = 'rejected' if missed else 'promoted'
+        best = self.best_score
         new_best = kind != 'rejected' and (
-            math.isnan(self.best_score)
-            or score > self.best_score + self.best_margin * abs(self.best_score)
+            math.isnan(best)
+            or (not math.isfinite(best) and math.isfinite(score))  # after a non-finite baseline
+            or score > best + self.best_margin * abs(best)
         )
         if kind == 'promoted':
             self.live = cand
             self.promoted += 1
         elif kind == 'rejected':
             self.rejected += 1
+        if kind != 'rejected' and not balance_s <= self.balance_reference_s:  # NaN: baseline
+            self.balance_reference_s = balance_s
         if new_best:
             self.best_score, self.best_version = score, cand.version
-            self.best_balance_s = balance_s
-        self.last = Verdict(kind, cand.version, score, bar, new_best, balance_s, balance_bar)
+        self.last = Verdict(
+            kind, cand.version, score, bar, new_best, balance_s, balance_bar, missed
+        )
         return self.last

@@ -176,9 +176,10 @@ class EpisodeSummary:
 
     An evaluation episode (``evaluation``) was driven by its actor's mean action and sent no
     transitions; ``verdict`` is the guard's (``baseline``, ``promoted``, ``rejected``).
-    ``eval_bar`` and ``eval_balance_bar_s`` are what an evaluated candidate had to reach;
-    ``live_version``, ``best_version``, ``best_score`` and ``best_balance_s`` are the guard's
-    state after it (-1 and NaN with the guard off).
+    ``eval_bar`` and ``eval_balance_bar_s`` are what an evaluated candidate had to reach, and
+    ``eval_missed`` which of them a rejected one missed (``return`` or ``balance``);
+    ``live_version``, ``best_version``, ``best_score`` and ``balance_reference_s`` are the
+    guard's state after it (-1 and NaN with the guard off).
     """
 
     episode: int
@@ -198,10 +199,11 @@ class EpisodeSummary:
     verdict: str = ''
     eval_bar: float = math.nan
     eval_balance_bar_s: float = math.nan
+    eval_missed: str = ''
     live_version: int = -1
     best_version: int = -1
     best_score: float = math.nan
-    best_balance_s: float = math.nan
+    balance_reference_s: float = math.nan
 
 
 class LoopStatus:
@@ -510,10 +512,11 @@ class ControlLoop:
             verdict=verdict.kind if verdict else '',
             eval_bar=verdict.bar if verdict else math.nan,
             eval_balance_bar_s=verdict.balance_bar_s if verdict else math.nan,
+            eval_missed=verdict.missed if verdict else '',
             live_version=gate.live_version,
             best_version=gate.best_version,
             best_score=gate.best_score,
-            best_balance_s=gate.best_balance_s,
+            balance_reference_s=gate.balance_reference_s,
         )
         st.episodes += 1
         self.episodes_out.push_from_rt(summary)

@@ -40,7 +40,7 @@ from rip_control.rig.emulator_process import (
     die_with_parent,
     stop_process,
 )
-from rip_control.rt.gate import BEST_POLICY_FILE, VERDICTS
+from rip_control.rt.gate import BEST_POLICY_FILE, MISSED, VERDICTS, rejection_reason
 from rip_control.run.launching import (
     CONTROL,
     LEARNER,
@@ -61,6 +61,19 @@ STOPPING_NOTE = (
     'stopping in the safe order (motor first, then learner, then emulator); please wait'
 )
 _print_lock = threading.Lock()
+
+
+def _rejection_reason(ep: dict[str, float]) -> str:
+    """The bar an ``~/episode`` evaluation message says its candidate missed ('' if none)."""
+    i = int(ep.get('eval_missed', 0))
+    missed = MISSED[i] if 0 <= i < len(MISSED) else '?'
+    return rejection_reason(
+        missed,
+        ep['return'],
+        ep.get('eval_bar', math.nan),
+        ep['balance_s'],
+        ep.get('eval_balance_bar_s', math.nan),
+    )
 
 
 def _finite_or_none(x: float | None) -> float | None:
@@ -308,8 +321,9 @@ class _Monitor:
         if ep.get('evaluation'):
             self.evaluations.append(ep)
             verdict = VERDICTS[int(ep['verdict'])] if 0 <= ep['verdict'] < len(VERDICTS) else '?'
-            if verdict == 'rejected' and ep['return'] >= ep.get('eval_bar', math.inf):
-                verdict += f' (balance under {ep.get("eval_balance_bar_s", math.nan):.2f} s)'
+            reason = _rejection_reason(ep)
+            if reason:
+                verdict += f' ({reason})'
             _say(
                 f'{prefix}evaluation {int(ep["episode"]):3d}: return {ep["return"]:8.2f}, balance '
                 f'{ep["balance_s"]:5.2f} s, policy v{int(ep["policy_version"])} {verdict}; live '
@@ -729,10 +743,11 @@ def _summarise(
                 'return': e['return'],
                 'balance_s': e['balance_s'],
                 'verdict': VERDICTS[int(e['verdict'])],
-                # What it was judged against (None for the baseline, which sets them).
+                # The bars it was judged against (None for the baseline, which sets them)
+                # and, for a rejection, the one it missed.
                 'bar': _finite_or_none(e.get('eval_bar')),
-                'eval_balance_bar_s': _finite_or_none(e.get('eval_balance_bar_s')),
-                'best_balance_s': _finite_or_none(e.get('best_balance_s')),
+                'balance_bar_s': _finite_or_none(e.get('eval_balance_bar_s')),
+                'rejected_for': _rejection_reason(e),
             }
             for e in monitor.evaluations
         ],

@@ -23,6 +23,11 @@ from rip_control.transitions import Transition
 
 pytestmark = pytest.mark.slow
 
+# The guard is the subject here, not the pacing: an in-process loop without SCHED_FIFO on a
+# loaded VM may overrun by 5 ms three ticks in a row (seen once with two benchmarks beside
+# it), which would end the run with a TimingViolation. The watchdog has tests of its own.
+LENIENT = {'timing_violation_threshold_s': 0.05, 'max_strikes': 10}
+
 
 class _Box:
     """The policy hand-off: the newest actor, replaced by the test between episodes."""
@@ -61,6 +66,7 @@ def test_evaluations_send_nothing_count_for_nothing_and_only_the_live_actor_trai
                 eval_margin=0.05,
                 eval_balance_margin=0.25,
                 eval_steps=eval_steps,
+                **LENIENT,
             )
             box = _Box(_actor(1))
             gate = cfg.gate()
@@ -128,7 +134,7 @@ def test_a_reactivation_runs_only_the_training_episodes_still_owed(tmp_path: Pat
         episodes: Outbox[EpisodeSummary] = Outbox(100)
         loop = ControlLoop(
             env,
-            LoopConfig(episodes=3),
+            LoopConfig(episodes=3, **LENIENT),
             _Box(_actor(1)),
             transitions,
             Outbox(100_000),

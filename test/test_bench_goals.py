@@ -239,3 +239,18 @@ def test_the_readmes_demo_and_throughput_tables_are_generated_from_the_committed
     assert demo_table(demos) in readme
     throughput = json.loads((results / 'learner_throughput_fast_sac.json').read_text())
     assert throughput_table(throughput) in readme
+
+
+def test_the_readmes_v5_tables_are_generated_from_the_committed_results() -> None:
+    import json
+    from pathlib import Path
+
+    from rip_control.benchmarks.v5 import v5_seeds_table, v5_table
+
+    repo = Path(__file__).resolve().parent.parent
+    readme = (repo / 'README.md').read_text()
+    results = repo / 'bench' / 'results'
+    names = [f'v5_{rig}_seed{s}.json' for rig in ('nominal', 'worn', 'heavy') for s in (0, 1, 2)]
+    docs = [json.loads((results / n).read_text()) for n in names]
+    assert v5_seeds_table(docs) in readme
+    assert v5_table([json.loads((results / 'v5_worn_256.json').read_text())]) in readme

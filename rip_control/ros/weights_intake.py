@@ -74,7 +74,7 @@ class WeightsIntake:
         line = (
             f'evaluation of policy v{ep.policy_version}: return {ep.episode_return:.2f}{bar} -> '
             f'{ep.verdict}; live v{ep.live_version}, best v{ep.best_version} '
-            f'({ep.best_score:.2f}, balance {ep.balance_reference_s:.2f} s)'
+            f'({ep.best_score:.2f}), balance reference {ep.balance_reference_s:.2f} s'
         )
         if ep.verdict != 'rejected' and ep.best_version == ep.policy_version:
             best = run_dir / BEST_POLICY_FILE

@@ -107,8 +107,9 @@ class LoopConfig:
         still go live, as a fraction of it.
     :param eval_best_margin: how far above the best evaluation return a candidate must score
         to become the best (:class:`~rip_control.rt.gate.PolicyGate`).
-    :param eval_balance_margin: how far below the best evaluation's longest balance a
-        candidate's may be and still go live, as a fraction of it (1: no requirement).
+    :param eval_balance_margin: how far below the longest balance an evaluation that went
+        live has shown a candidate's may be and still go live, as a fraction of it (1: no
+        requirement).
     :param eval_steps: ticks of an evaluation episode, fewer or more than a training
         episode's (0: as many).
     """

@@ -279,8 +279,8 @@ CONTROL_PARAMETERS = (
     Param(
         'eval_balance_margin',
         1.0,
-        "regression guard: fraction of the best evaluation's longest balance a candidate's may "
-        'fall short by and still go live (1: no balance requirement, return alone decides)',
+        'regression guard: fraction of the longest balance a promoted evaluation has shown that '
+        "a candidate's may fall short by and still go live (1: no balance requirement)",
         0.0,
         1.0,
     ),

@@ -64,7 +64,8 @@ class _Version:
     version: int
 
 
-def _actor_fn(actor: Any, deterministic: bool) -> Any:
+def _actor_fn(actor: Any, deterministic: bool, noise_scale: float = 1.0) -> Any:
+    """The actor's mean action, or a sample with its std times ``noise_scale`` (as the loop)."""
     import torch
 
     def act(obs: np.ndarray) -> np.ndarray:
@@ -73,7 +74,7 @@ def _actor_fn(actor: Any, deterministic: bool) -> Any:
                 torch.as_tensor(obs, dtype=torch.float32)[None]
             )
             if not deterministic:
-                mean = mean + log_std.exp() * torch.randn_like(mean)
+                mean = mean + log_std.exp() * (noise_scale * torch.randn_like(mean))
             return torch.tanh(mean)[0].numpy()
 
     return act
@@ -139,6 +140,7 @@ def run_one(a: argparse.Namespace, seed: int, runs: Path) -> dict[str, Any]:
         float(control.get('eval_balance_margin', 1.0)),
     )
     eval_s = float(control.get('eval_episode_seconds', 0.0)) or a.episode_seconds
+    noise_scale = float(control.get('train_noise_scale', 1.0))
 
     live = copy.deepcopy(model.actor)
     baseline = _evaluate(live, params, eval_s, 1, 10_000 + seed)
@@ -153,7 +155,7 @@ def run_one(a: argparse.Namespace, seed: int, runs: Path) -> dict[str, Any]:
     t0 = time.monotonic()
     for ep in range(a.episodes):
         obs, _ = env.reset(seed=seed * 1000 + ep, options={'start': 'down'})
-        act = _actor_fn(live, deterministic=False)
+        act = _actor_fn(live, deterministic=False, noise_scale=noise_scale)
         ret, run, longest = 0.0, 0, 0
         while True:
             action = act(obs)

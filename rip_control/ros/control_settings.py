@@ -51,6 +51,7 @@ class NodeSettings:
             hung_timeout_s=p('hung_timeout_ms').value / 1e3,
             max_serial_errors=p('max_serial_errors').value,
             stochastic_actions=p('stochastic_actions').value,
+            train_noise_scale=p('train_noise_scale').value,
             episodes=p('episodes').value,
             seed=p('seed').value,
             fault_tick_delay_s=p('fault_tick_delay_ms').value / 1e3,

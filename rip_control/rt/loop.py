@@ -93,6 +93,9 @@ class LoopConfig:
     :param hung_timeout_s: silence after which the hung-loop watchdog disengages.
     :param max_serial_errors: consecutive failed ticks before giving up.
     :param stochastic_actions: sample from the policy (exploration) instead of its mean.
+    :param train_noise_scale: multiplies the policy's standard deviation when a training
+        episode samples an action (1: SAC's own sampling; 0: the mean action). SAC learns
+        off-policy, so narrower sampling changes what is explored, not what is learnt from it.
     :param episodes: stop after this many training episodes (0: until stopped); the
         regression guard's evaluation episodes are not counted.
     :param spin_s: busy-wait window of the pacer.
@@ -119,6 +122,7 @@ class LoopConfig:
     hung_timeout_s: float = 0.1
     max_serial_errors: int = 3
     stochastic_actions: bool = True
+    train_noise_scale: float = 1.0
     episodes: int = 0
     spin_s: float = 0.001
     seed: int = 0
@@ -145,6 +149,8 @@ class LoopConfig:
             raise ValueError(f'max_serial_errors must be >= 1, got {self.max_serial_errors}')
         if self.episodes < 0:
             raise ValueError(f'episodes must be >= 0, got {self.episodes}')
+        if not 0.0 <= self.train_noise_scale <= 1.0:
+            raise ValueError(f'train_noise_scale must be in [0, 1], got {self.train_noise_scale}')
 
     def gate(self) -> PolicyGate[NumpyActor]:
         """A regression guard with these settings."""
@@ -421,11 +427,11 @@ class ControlLoop:
         latest = self.snapshot.read_from_rt()  # every tick: a newer actor swaps in here
         episode = self._episode
         actor = episode.actor or latest  # the guard's choice, if it is on
-        noise = (
-            self._rng.standard_normal(actor.meta.action_size).astype(np.float32)
-            if self.config.stochastic_actions and not episode.evaluation
-            else None
-        )
+        noise = None
+        if self.config.stochastic_actions and not episode.evaluation:
+            noise = self._rng.standard_normal(actor.meta.action_size).astype(np.float32)
+            if self.config.train_noise_scale != 1.0:  # 1: bit for bit SAC's own sample
+                noise *= np.float32(self.config.train_noise_scale)
         action = actor.act(self._obs, noise)
         self.env.apply_action(action)
         self._episode.last_action = action

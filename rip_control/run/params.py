@@ -253,6 +253,14 @@ CONTROL_PARAMETERS = (
     Param('hidden_sizes', [64, 64], 'hidden layers of a random actor'),
     Param('stochastic_actions', True, 'sample actions (exploration)'),
     Param(
+        'train_noise_scale',
+        1.0,
+        "multiplies the policy's standard deviation when a training episode samples an action "
+        "(1: SAC's own sampling; 0: the mean action)",
+        0.0,
+        1.0,
+    ),
+    Param(
         'eval_every_episodes',
         0,
         'regression guard: a newer policy gets a deterministic evaluation episode after this '

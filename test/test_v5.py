@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from rip_control.policy import PolicyMeta, encode_actor, random_actor
 from rip_control.rig.emulator_process import child_env
@@ -17,6 +18,7 @@ from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = REPO / 'config' / 'rig_shifted_heavy.yaml'
+PARAMS = REPO / 'config' / 'finetune.yaml'
 
 
 def _policy(path, rate=50.0):
@@ -109,6 +111,12 @@ def test_v5_short_runs_all_three_ways_and_writes_json_and_plots(tmp_path):
         str(out),
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    # Both arms sample at the policy's own spread, as SB3's learn() does, whatever
+    # config/finetune.yaml says for the fine-tune as shipped.
+    arms = yaml.safe_load((tmp_path / 'runs' / 'params.yaml').read_text())
+    shipped = yaml.safe_load(PARAMS.read_text())['rip_control']['ros__parameters']
+    assert shipped['train_noise_scale'] < 1.0
+    assert arms['rip_control']['ros__parameters']['train_noise_scale'] == 1.0
     doc = json.loads(out.read_text())
     assert set(doc['deployment']) == {'sim_only', 'async_finetuned', 'sync_finetuned'}
     for d in doc['deployment'].values():

@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 # Keep DDS traffic on loopback. Each make invocation gets its own domain id unless one is set.
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
-export ROS_DOMAIN_ID ?= $(shell echo $$(( ($$$$ % 100) + 1 )))
+export ROS_DOMAIN_ID ?= $(shell echo $$(( ($$$$ % 50) + 51 )))
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 export PYTHONUNBUFFERED := 1
 

@@ -14,7 +14,7 @@ PY=${PY:-.venv/bin/python}
 RIGS=${RIGS:-nominal worn heavy}
 SEEDS=${SEEDS:-0 1 2}
 export ROS_AUTOMATIC_DISCOVERY_RANGE=${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}
-export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( ($$ % 100) + 1 ))}
+export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( ($$ % 50) + 51 ))}
 export PYTHONPATH=$PWD
 if [[ "${1:-}" == "--pretrain" ]]; then
   $PY -m rip_learner.pretrain rate:=50 out:=policies/sim_50hz

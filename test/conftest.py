@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Every test, and every process a test starts, stays on loopback in a domain of its own.
 os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
-os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
+os.environ.setdefault('ROS_DOMAIN_ID', str(51 + os.getpid() % 50))
 # A native crash in any process a test starts (rclpy, DDS) prints its Python stack.
 os.environ['PYTHONFAULTHANDLER'] = '1'
 

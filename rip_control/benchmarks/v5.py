@@ -16,7 +16,8 @@ networks, warm-up (``learning_starts`` transitions acting with the initial polic
 of transitions, all read from one parameter file (``config/finetune.yaml`` with the options
 here over it); the only difference is SB3's ``learn()`` in one thread against the two nodes.
 Both sample training actions at the policy's own standard deviation (``train_noise_scale``
-1, which SB3's ``learn()`` cannot change), whatever the file says.
+1, which SB3's ``learn()`` cannot change), whatever the file says; with ``--skip-sync`` (b)
+samples as the file says.
 The regression guard is off in both (``--guard N`` turns it on for (b), which then deploys its
 ``policy_best``), so both deploy their last policy.
 
@@ -157,9 +158,10 @@ def bench_v5(a: argparse.Namespace) -> dict[str, Any]:
             f'--policy {a.policy}: no such file (python -m rip_learner.pretrain makes one)'
         )
     policies = {'sim_only': a.policy}
-    # (c)'s SB3 learn() samples at the policy's own standard deviation, so (b) does too
-    # (config/finetune.yaml narrows it); a --set of the user's, after this one, still wins.
-    a.set = ['rip_control.train_noise_scale=1.0', *a.set]
+    if not a.skip_sync:
+        # (c)'s SB3 learn() samples at the policy's own standard deviation, so (b) does too
+        # (config/finetune.yaml narrows it); a --set of the user's, after this one, still wins.
+        a.set = ['rip_control.train_noise_scale=1.0', *a.set]
     params_file, lp = arm_parameters(a, runs)
 
     summary_path = runs / 'async_finetune' / 'summary.json'

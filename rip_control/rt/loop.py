@@ -95,7 +95,7 @@ class LoopConfig:
     :param stochastic_actions: sample from the policy (exploration) instead of its mean.
     :param train_noise_scale: multiplies the policy's standard deviation when a training
         episode samples an action (1: SAC's own sampling; 0: the mean action). SAC learns
-        off-policy, so narrower sampling changes what is explored, not what is learnt from it.
+        off-policy, so narrower sampling changes what is tried, not how it is learnt from.
     :param episodes: stop after this many training episodes (0: until stopped); the
         regression guard's evaluation episodes are not counted.
     :param spin_s: busy-wait window of the pacer.
@@ -275,6 +275,7 @@ class ControlLoop:
         self.status = LoopStatus()
         self.motor_confirmed_off = False  # the rig answered the loop's last disengage
         self._rng = np.random.default_rng(config.seed)
+        self._noise_scale = np.float32(config.train_noise_scale)
         self.phase = Phase.STOPPING
         self._episode = _Episode()
         self._obs: np.ndarray = np.zeros(0, dtype=np.float32)
@@ -430,8 +431,8 @@ class ControlLoop:
         noise = None
         if self.config.stochastic_actions and not episode.evaluation:
             noise = self._rng.standard_normal(actor.meta.action_size).astype(np.float32)
-            if self.config.train_noise_scale != 1.0:  # 1: bit for bit SAC's own sample
-                noise *= np.float32(self.config.train_noise_scale)
+            if self._noise_scale != 1.0:  # 1: bit for bit SAC's own sample
+                noise *= self._noise_scale
         action = actor.act(self._obs, noise)
         self.env.apply_action(action)
         self._episode.last_action = action

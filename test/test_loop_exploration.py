@@ -46,8 +46,8 @@ class _Box:
         return self.actor
 
 
-def _draws(client: LowLevelClient, scale: float) -> dict[tuple[int, int], float]:
-    """``scale * z`` of every training transition of three 2 s episodes, by (episode, step)."""
+def _draws(client: LowLevelClient, scale: float) -> np.ndarray:
+    """``scale * z`` of every training transition of three 2 s episodes, in the order sent."""
     actor = _actor()
     env = RealRotaryInvertedPendulumEnv(client, TaskConfig(rate_hz=50.0, episode_seconds=2.0))
     transitions: Outbox[Transition] = Outbox(100_000, holdback=2)
@@ -55,13 +55,32 @@ def _draws(client: LowLevelClient, scale: float) -> dict[tuple[int, int], float]
     loop = ControlLoop(env, cfg, _Box(actor), transitions, Outbox(100_000), Outbox(100))
     loop.run(threading.Event())
     assert loop.motor_confirmed_off
-    draws = {}
+    draws = []
     while (t := transitions.pop_from_non_rt()) is not None:
         mean = actor.act(t.obs)  # the deterministic action, tanh(mu)
         if scale == 0.0:
             assert np.array_equal(t.action, mean), (t.step, t.action, mean)
-        draws[(t.episode, t.step)] = float(np.arctanh(t.action[0]) - np.arctanh(mean[0])) / STD
-    return draws
+        draws.append(float(np.arctanh(t.action[0]) - np.arctanh(mean[0])) / STD)
+    return np.array(draws)
+
+
+def _longest_halved_run(full: np.ndarray, half: np.ndarray) -> int:
+    """The most consecutive ticks at which ``half`` is ``full`` halved, over small shifts.
+
+    The loop's generator is seeded, so every run makes the same draws in the same order. A
+    tick whose transition was not sent (dropped late, withdrawn at a trip, an episode cut by
+    a serial error on a loaded machine) shifts the rest of one run against the other.
+    """
+    best = 0
+    for shift in range(-40, 41):
+        f = full[max(shift, 0) :]
+        h = half[max(-shift, 0) :]
+        n = min(len(f), len(h))
+        run = 0
+        for ok in np.abs(h[:n] - 0.5 * f[:n]) < 2e-3:
+            run = run + 1 if ok else 0
+            best = max(best, run)
+    return best
 
 
 @pytest.mark.slow
@@ -76,16 +95,14 @@ def test_training_actions_spread_by_the_noise_scale(tmp_path: Path) -> None:
     for scale, d in draws.items():
         assert len(d) >= 100, (scale, len(d))  # the PD mean keeps the arm off its limit
     # Without noise every training action was the mean action (checked in _draws).
-    assert set(draws[0.0].values()) == {0.0}
+    assert set(draws[0.0]) == {0.0}
     # With it, the same seed draws the same z at every tick, whatever the scale: tick for
-    # tick the 0.5 run's draw is half the 1.0 run's (the first episode, before any cut).
-    shared = sorted(k for k in draws[1.0] if k in draws[0.5] and k[0] == 0)
-    assert len(shared) >= 50, len(shared)
-    full = np.array([draws[1.0][k] for k in shared])
-    half = np.array([draws[0.5][k] for k in shared])
-    np.testing.assert_allclose(half, 0.5 * full, atol=2e-3)
+    # tick the 0.5 run's draw is half the 1.0 run's (30 in a row cannot match by chance).
+    assert _longest_halved_run(draws[1.0], draws[0.5]) >= 30
     # And they are exploration: standard-normal draws times the scale.
-    assert 0.7 < float(np.std(full)) < 1.3, float(np.std(full))
+    for scale in (1.0, 0.5):
+        spread = float(np.std(draws[scale]))
+        assert 0.7 * scale < spread < 1.3 * scale, (scale, spread)
 
 
 def test_a_noise_scale_outside_zero_to_one_is_refused() -> None:

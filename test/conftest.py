@@ -108,12 +108,23 @@ _rig_counter = itertools.count()
 class ControlRig:
     """An emulator plus a control node process, and a lifecycle driver for the node."""
 
-    def __init__(self, name, emulator, proc, driver, run_dir):
+    def __init__(self, name, emulator, proc, driver, run_dir, log_path):
         self.name = name
         self.emulator = emulator
         self.proc = proc
         self.driver = driver
         self.run_dir = run_dir
+        self.log_path = log_path
+
+    def log(self):
+        """Everything the node has printed so far."""
+        return self.log_path.read_text()
+
+    def why(self, lines=25):
+        """For a failure message: the node's state, its last log lines, the rig's events."""
+        tail = '\n'.join(self.log().splitlines()[-lines:])
+        events = self.emulator.events()[-6:]
+        return f'node {self.driver.state()}; rig events {events}; node log:\n{tail}'
 
     def disengages(self, t0=0.0):
         """``(time, cause)`` of the emulator's disengages from t0 on.
@@ -206,12 +217,15 @@ def control_rig(ros_node, start_emulator, tmp_path):
             if isinstance(value, bool):
                 value = str(value).lower()
             args += ['-p', f'{key}:={value}']
-        proc = subprocess.Popen(
-            args, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+        # Its output goes to a file: a failing test can quote it while the node still runs.
+        log_path = tmp_path / f'{name}.log'
+        with open(log_path, 'w') as log:
+            proc = subprocess.Popen(
+                args, env=child_env(), stdout=log, stderr=subprocess.STDOUT, text=True
+            )
         driver = LifecycleDriver(ros_node, f'/{name}')
         assert driver.wait_for_services(15.0), 'control node lifecycle services never appeared'
-        rig = ControlRig(name, emu, proc, driver, run_dir / name)
+        rig = ControlRig(name, emu, proc, driver, run_dir / name, log_path)
         rigs.append(rig)
         return rig
 

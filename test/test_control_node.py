@@ -107,7 +107,7 @@ def _active(rig):
         )
         assert matched, 'the node never matched the collector'
     assert rig.driver.change('activate'), 'activate failed'
-    assert rig.emulator.wait_for_line('EVENT', 5.0) is not None, 'the node never engaged'
+    assert rig.emulator.wait_for_line('EVENT', 5.0) is not None, f'never engaged: {rig.why()}'
 
 
 def _settled(ros_node, col, timeout_s=5.0):
@@ -225,7 +225,7 @@ def test_a_signal_in_any_other_lifecycle_state_exits_0_with_the_motor_off(contro
     assert rig.driver.state() == state
     rig.proc.send_signal(getattr(signal, sig))
     code = rig.proc.wait(timeout=10)
-    log = rig.proc.stdout.read()
+    log = rig.log()
     assert code == 0, log[-2000:]
     assert 'Traceback' not in log, log[-2000:]
     assert not rig.engaged_now()
@@ -243,7 +243,7 @@ def test_the_node_exits_1_when_the_rig_cannot_confirm_the_disengage(control_rig)
         time.sleep(0.05)
     rig.proc.send_signal(signal.SIGTERM)
     assert rig.proc.wait(timeout=10) == 1
-    assert 'disengage failed' in rig.proc.stdout.read()
+    assert 'disengage failed' in rig.log()
 
 
 def test_watchdog_trip_withdraws_the_strike_ticks_transitions_disengages_and_can_reactivate(
@@ -466,7 +466,7 @@ def test_bad_weights_over_the_topic_are_refused_by_reason_and_the_running_policy
             assert _spin_until(ros_node, seen, 5), (reason, col.diagnostics[-1:])
             last = col.diagnostics[-1][2]
             assert reason is None or reason in last['last_weights_rejection'], last
-        assert rig.driver.state() == 'active' and rig.engaged_now()
+        assert rig.driver.state() == 'active' and rig.engaged_now(), rig.why()
     finally:
         ros_node.destroy_publisher(pub)
         col.close()
@@ -482,7 +482,7 @@ def test_configure_refuses_an_initial_policy_trained_at_another_rate(control_rig
     assert not rig.driver.change('configure')
     assert rig.driver.state() == 'unconfigured'
     stop_process(rig.proc, signal.SIGINT, timeout_s=10)
-    log = rig.proc.stdout.read()
+    log = rig.log()
     assert 'trained at 100 Hz but this node runs at 50 Hz' in log, log[-2000:]
     assert str(path) in log
 
@@ -513,9 +513,9 @@ def test_isolated_dropped_frames_cost_one_timeout_each_and_end_the_broken_episod
         or not broken_episodes()
     ):
         assert time.monotonic() < deadline, ('too few serial errors seen', col.diagnostics[-1:])
-        assert rig.driver.state() == 'active', col.diagnostics[-1:]
+        assert rig.driver.state() == 'active', (col.diagnostics[-1:], rig.why())
         spin_for(ros_node, 0.2)
-    assert rig.driver.state() == 'active' and rig.engaged_now()
+    assert rig.driver.state() == 'active' and rig.engaged_now(), rig.why()
     assert rig.driver.change('deactivate')
     d = _settled(ros_node, col)
     col.close()
@@ -548,7 +548,7 @@ def test_garbage_on_the_line_is_skipped_counted_and_warned_about(control_rig, ro
     _active(rig)
     spin_for(ros_node, 3.0)
     col.close()
-    assert rig.driver.state() == 'active' and rig.engaged_now()
+    assert rig.driver.state() == 'active' and rig.engaged_now(), rig.why()
     lvl, msg, last = col.diagnostics[-1]
     assert int(last['serial_bytes_skipped']) >= 16 * 20, last
     assert int(last['violations']) == 0
@@ -616,7 +616,7 @@ def test_a_vanished_rig_is_detected_and_the_node_reconfigures_when_it_returns(
     # The node did try to disengage the vanished rig (the firmware deadman is what is left
     # when it cannot answer); the rig that came back confirms the motor off at the exit.
     assert stop_process(rig.proc, signal.SIGINT, timeout_s=10) == 0
-    assert 'disengage failed' in rig.proc.stdout.read()
+    assert 'disengage failed' in rig.log()
 
 
 def _gone(pid, timeout_s):
@@ -645,7 +645,7 @@ def _wait_state(rig, state, timeout_s):
 def _node_log(rig):
     """Everything the node printed (stops it first: SIGINT, as a user would)."""
     assert stop_process(rig.proc, signal.SIGINT, timeout_s=10) == 0
-    return rig.proc.stdout.read()
+    return rig.log()
 
 
 def test_the_control_loop_runs_in_a_single_threaded_process_without_ros(control_rig, ros_node):
@@ -686,7 +686,7 @@ def test_a_killed_rt_process_is_replaced_by_the_nodes_own_disengage_and_an_error
     t0 = time.monotonic()
     os.kill(pid, signal.SIGKILL)
     first = rig.wait_disengage_after(t0)
-    assert first is not None, 'the motor kept running after its control process died'
+    assert first is not None, f'the motor kept running after its control process died: {rig.why()}'
     # The node saw the death within its 2 ms pump period and disengaged from its own side,
     # before the deadman (100 ms), the line behind it.
     assert first[1] == 'command' and first[0] - t0 < DEADMAN_S, first
@@ -841,5 +841,6 @@ def test_diagnostics_warn_when_the_tick_rate_degrades_without_a_violation(contro
         spin_for(ros_node, 0.1)
     col.close()
     lvl, msg, vals = next(d for d in col.diagnostics if d[0] == DiagnosticStatus.WARN)
-    assert msg.startswith('tick rate') and float(vals['tick_rate_hz']) < 40.0
-    assert vals['violations'] == '0' and rig.driver.state() == 'active'
+    why = (msg, vals, rig.why())
+    assert msg.startswith('tick rate') and float(vals['tick_rate_hz']) < 40.0, why
+    assert vals['violations'] == '0' and rig.driver.state() == 'active', rig.why()

@@ -384,7 +384,8 @@ def test_a_signal_while_the_rig_is_open_and_activating_ends_with_the_nodes_own_d
             client.call_async(request)  # sent now; the answer is not awaited
             time.sleep(i * 0.008)  # the moment (0-72 ms), not a synchronisation
             rig.proc.send_signal(sig)
-            out, _ = rig.proc.communicate(timeout=30)
+            rig.proc.wait(timeout=30)
+            out = rig.log()
         finally:
             ros_node.destroy_client(client)
         assert rig.proc.returncode == 0, (i, sig.name, out[-3000:])

@@ -65,3 +65,28 @@ def overrun_causes(
         'late_after_long_work': int(from_work.sum()),
         'late_woke_late': int((late & ~from_work).sum()),
     }
+
+
+def cpu_times(stat_path: str = '/proc/stat') -> tuple[int, int]:
+    """``(steal, total)`` of the machine's CPU time so far, in clock ticks (all CPUs).
+
+    Steal is the time a virtual machine's CPUs were runnable but the host ran something
+    else: to a program inside, a stall it cannot see coming. ``(0, 0)`` where there is no
+    ``/proc/stat``.
+    """
+    try:
+        with open(stat_path) as f:
+            fields = f.readline().split()
+    except OSError:
+        return 0, 0
+    if not fields or fields[0] != 'cpu':
+        return 0, 0
+    ticks = [int(x) for x in fields[1:9]]  # user .. steal (guest time is inside user)
+    ticks += [0] * (8 - len(ticks))
+    return ticks[7], sum(ticks)
+
+
+def steal_fraction(start: tuple[int, int], end: tuple[int, int]) -> float:
+    """The share of CPU time stolen by the host between two :func:`cpu_times` readings."""
+    total = end[1] - start[1]
+    return (end[0] - start[0]) / total if total > 0 else 0.0

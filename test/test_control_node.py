@@ -96,7 +96,7 @@ def _close_collectors():
 
 
 def _active(rig):
-    assert rig.driver.change('configure'), 'configure failed'
+    assert rig.driver.change('configure'), f'configure failed: {rig.why()}'
     # Discovery is per side: activate once the node's own publisher has matched the test's
     # collector (as the runner does), or its first transitions would reach no one.
     for col in [c for c in Collector.open if c.name == rig.name]:
@@ -259,6 +259,7 @@ def test_watchdog_trip_withdraws_the_strike_ticks_transitions_disengages_and_can
         fault_after_ticks=100,
         episode_seconds=3.0,
         timing_violation_threshold_ms=5.0,  # the contract under test
+        max_strikes=3,
     )
     col = Collector(ros_node, rig.name)
     _active(rig)
@@ -323,6 +324,7 @@ def test_real_cpu_starvation_trips_the_watchdog_and_the_late_ticks_transitions_a
         tick_trace=str(trace),
         episode_seconds=2.0,
         timing_violation_threshold_ms=5.0,  # the contract under test
+        max_strikes=3,
     )
     col = Collector(ros_node, rig.name)
     _active(rig)
@@ -505,14 +507,16 @@ def test_isolated_dropped_frames_cost_one_timeout_each_and_end_the_broken_episod
         runs = _runs(col.transitions)
         return [r for r in runs[:-1] if not (r[-1].terminated or r[-1].truncated)]
 
+    def lost_replies():
+        # Timeouts without a late reply behind them: frames the emulator dropped (a reply a
+        # busy VM merely delayed is a timeout and then a stale reply).
+        d = col.diagnostics[-1][2] if col.diagnostics else {}
+        return int(d.get('serial_timeouts', 0)) - int(d.get('serial_stale_replies', 0))
+
     deadline = time.monotonic() + 30
-    # Until enough errors, one of them inside an episode (most fall in resets).
-    while (
-        not col.diagnostics
-        or int(col.diagnostics[-1][2].get('serial_errors', 0)) < 8
-        or not broken_episodes()
-    ):
-        assert time.monotonic() < deadline, ('too few serial errors seen', col.diagnostics[-1:])
+    # Until enough dropped frames, one of them inside an episode (most fall in resets).
+    while lost_replies() < 8 or not broken_episodes():
+        assert time.monotonic() < deadline, ('frames lost', rig.why())
         assert rig.driver.state() == 'active', (col.diagnostics[-1:], rig.why())
         spin_for(ros_node, 0.2)
     assert rig.driver.state() == 'active' and rig.engaged_now(), rig.why()
@@ -552,7 +556,8 @@ def test_garbage_on_the_line_is_skipped_counted_and_warned_about(control_rig, ro
     lvl, msg, last = col.diagnostics[-1]
     assert int(last['serial_bytes_skipped']) >= 16 * 20, last
     assert int(last['violations']) == 0
-    assert lvl == DiagnosticStatus.WARN and 'line noise' in msg
+    # Warned about (a tick a busy VM missed would warn about the rate instead in that report).
+    assert any(w[0] == DiagnosticStatus.WARN and 'line noise' in w[1] for w in col.diagnostics)
     # Skipping the garbage costs no time: transitions flow, none dropped for a stretched dt.
     assert len(col.transitions) >= 40
     # None dropped for the garbage: a stray late tick of a busy CI VM at most now and then.
@@ -562,7 +567,8 @@ def test_garbage_on_the_line_is_skipped_counted_and_warned_about(control_rig, ro
 
 def test_a_stalled_rig_stops_the_loop_safely_after_bounded_retries(control_rig, ros_node):
     rig = control_rig(
-        emulator_args=('--stall-every', '1', '--stall-ms', '60', '--faults-after', '8')
+        emulator_args=('--stall-every', '1', '--stall-ms', '60', '--faults-after', '8'),
+        max_serial_errors=3,  # the rule under test
     )
     col = Collector(ros_node, rig.name)
     _active(rig)
@@ -603,8 +609,8 @@ def test_a_vanished_rig_is_detected_and_the_node_reconfigures_when_it_returns(
     assert detected_s < 2.0
     assert any('stopped: RigDisconnected' in m for m in col.errors()), col.errors()[-1:]
     # Transitions up to the fault: every one the loop made was published and received, but
-    # for the last max_strikes - 1 if a strike held them back just before (a busy CI VM).
-    assert int(d['transitions_withdrawn']) <= 2, d
+    # for the last max_strikes - 1 (4 here) if a strike held them back just before (a busy VM).
+    assert int(d['transitions_withdrawn']) <= 4, d
     _assert_accounted(col, d)
     # The rig comes back at the same device path: cleanup, configure, activate work again.
     back = start_emulator('--events', name=f'rig_{rig.name}')
@@ -792,7 +798,7 @@ def test_monitoring_as_rqt_sees_it_lifecycle_events_diagnostics_and_plottable_to
     t0 = time.monotonic()
     deadline = t0 + 20
     while not episodes:
-        assert time.monotonic() < deadline, 'no episode summary'
+        assert time.monotonic() < deadline, f'no episode summary: {rig.why()}'
         spin_for(ros_node, 0.1)
     spin_for(ros_node, 1.5)
     elapsed = time.monotonic() - t0
@@ -819,7 +825,9 @@ def test_monitoring_as_rqt_sees_it_lifecycle_events_diagnostics_and_plottable_to
     last = statuses[-1][2]
     for key in ('tick_rate_hz', 'target_rate_hz', 'violations', 'serial_errors'):
         float(last[key])  # plottable
-    assert abs(float(last['tick_rate_hz']) - 50.0) < 1.0
+    # The loop's rate, near its target (each tick a busy VM missed in the second is 1 Hz off;
+    # how exactly the rate holds is the V1 test's and the timing benchmark's subject).
+    assert 40.0 <= float(last['tick_rate_hz']) <= 50.5, last
     # rqt_plot: labelled numeric arrays, the tick topic at the tick rate (capped at 100 Hz).
     assert ticks and all(len(m.layout.dim) == len(m.data) for m in ticks[:5])
     assert 0.5 * 50 * elapsed <= len(ticks) <= 100 * elapsed + 10
@@ -836,11 +844,21 @@ def test_diagnostics_warn_when_the_tick_rate_degrades_without_a_violation(contro
     col = Collector(ros_node, rig.name)
     _active(rig)
     deadline = time.monotonic() + 10
-    while not any(lvl == DiagnosticStatus.WARN for lvl, _, _ in col.diagnostics):
-        assert time.monotonic() < deadline, col.diagnostics[-2:]
+
+    def rate_warnings():
+        # (A busy VM's serial error may warn first, in the report before the rate can.)
+        return [
+            (msg, vals)
+            for lvl, msg, vals in col.diagnostics
+            if lvl == DiagnosticStatus.WARN and msg.startswith('tick rate')
+        ]
+
+    while not rate_warnings():
+        assert time.monotonic() < deadline, (col.diagnostics[-2:], rig.why())
         spin_for(ros_node, 0.1)
     col.close()
-    lvl, msg, vals = next(d for d in col.diagnostics if d[0] == DiagnosticStatus.WARN)
-    why = (msg, vals, rig.why())
-    assert msg.startswith('tick rate') and float(vals['tick_rate_hz']) < 40.0, why
+    msg, vals = rate_warnings()[0]
+    assert float(vals['tick_rate_hz']) < 40.0, (msg, vals)
     assert vals['violations'] == '0' and rig.driver.state() == 'active', rig.why()
+    # Every report before it was OK or a warning: none an error.
+    assert not col.errors(), col.errors()

@@ -180,3 +180,19 @@ def test_transition_layout_round_trips_and_rejects_bad_messages():
         unpack(layout, bad, 6, 1)
     with pytest.raises(TransitionRejected, match='layout'):
         unpack(layout[:-1], t.pack()[:-1], 6, 1)
+
+
+def test_host_steal_is_read_from_proc_stat_and_a_missing_file_reads_as_none(tmp_path):
+    from rip_control.stats import cpu_times, steal_fraction
+
+    stat = tmp_path / 'stat'
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text('cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 50 0 25 400 5 0 2 18 0 0\n')
+    start = cpu_times(str(stat))
+    assert start == (35, 1000)
+    stat.write_text('cpu  200 0 100 1550 10 0 5 135 0 0\n')
+    assert steal_fraction(start, cpu_times(str(stat))) == pytest.approx(100 / 1000)
+    assert cpu_times(str(tmp_path / 'missing')) == (0, 0)
+    assert steal_fraction((0, 0), (0, 0)) == 0.0
+    steal, total = cpu_times()  # this machine's
+    assert 0 <= steal <= total

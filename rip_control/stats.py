@@ -1,6 +1,8 @@
 """Tick statistics of a run (the timing benchmark's figures, the runner's summary).
 
-Pure numpy: the runner and the benchmarks share it without importing each other.
+And the CPU time a virtual machine's host stole meanwhile (``/proc/stat``).
+
+Pure numpy: the runner, the benchmarks and the tests share it without importing each other.
 """
 
 from __future__ import annotations
@@ -72,16 +74,16 @@ def cpu_times(stat_path: str = '/proc/stat') -> tuple[int, int]:
 
     Steal is the time a virtual machine's CPUs were runnable but the host ran something
     else: to a program inside, a stall it cannot see coming. ``(0, 0)`` where there is no
-    ``/proc/stat``.
+    ``/proc/stat`` or it cannot be read.
     """
     try:
         with open(stat_path) as f:
             fields = f.readline().split()
-    except OSError:
+        if not fields or fields[0] != 'cpu':
+            return 0, 0
+        ticks = [int(x) for x in fields[1:9]]  # user .. steal (guest time is inside user)
+    except (OSError, ValueError):
         return 0, 0
-    if not fields or fields[0] != 'cpu':
-        return 0, 0
-    ticks = [int(x) for x in fields[1:9]]  # user .. steal (guest time is inside user)
     ticks += [0] * (8 - len(ticks))
     return ticks[7], sum(ticks)
 

@@ -42,6 +42,9 @@ def _temporary_files_under_pytest(tmp_path_factory):
     tempfile.tempdir = None
 
 
+_STEAL_AT_START = pytest.StashKey[tuple[int, int]]()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """A failing test's report says how much CPU time the VM's host stole while it ran."""
@@ -57,8 +60,6 @@ def pytest_runtest_makereport(item, call):
         )
     return report
 
-
-_STEAL_AT_START = pytest.StashKey[tuple]()
 
 FIRMWARES = ('python', 'c')
 
@@ -133,6 +134,7 @@ class ControlRig:
         self.driver = driver
         self.run_dir = run_dir
         self.log_path = log_path
+        self.params = {}  # the node's parameters, as the fixture passed them
 
     def log(self):
         """Everything the node has printed so far."""
@@ -140,9 +142,13 @@ class ControlRig:
 
     def why(self, lines=25):
         """For a failure message: the node's state, its last log lines, the rig's events."""
+        try:
+            state = self.driver.state(timeout_s=1.0)
+        except TimeoutError:
+            state = f'not answering (exit code {self.proc.poll()})'
         tail = '\n'.join(self.log().splitlines()[-lines:])
         events = self.emulator.events()[-6:]
-        return f'node {self.driver.state()}; rig events {events}; node log:\n{tail}'
+        return f'node {state}; rig events {events}; node log:\n{tail}'
 
     def disengages(self, t0=0.0):
         """``(time, cause)`` of the emulator's disengages from t0 on.
@@ -220,9 +226,11 @@ def control_rig(ros_node, start_emulator, tmp_path):
             # (and the benchmarks) run with the 5 ms contract.
             'timing_violation_threshold_ms': 20.0,
             # And five in a row, strikes or failed serial ticks, not three: a VM whose host
-            # takes its CPUs away for a while (steal time) makes both now and then, and a CI
-            # run saw four nodes trip within a second of activating. The 3-in-a-row rules'
-            # own tests set 3, the default.
+            # takes its CPUs away for a while (steal time) may make both now and then, and a
+            # CI run saw four nodes trip on serial timeouts within a second of activating.
+            # Five failed ticks are 100 ms, the firmware deadman's timeout: a test that needs
+            # the node's own disengage after a serial trip, or that is about the 3-in-a-row
+            # rules, sets 3 (the default).
             'max_strikes': 5,
             'max_serial_errors': 5,
             'run_name': name,
@@ -250,6 +258,7 @@ def control_rig(ros_node, start_emulator, tmp_path):
         driver = LifecycleDriver(ros_node, f'/{name}')
         assert driver.wait_for_services(15.0), 'control node lifecycle services never appeared'
         rig = ControlRig(name, emu, proc, driver, run_dir / name, log_path)
+        rig.params = defaults
         rigs.append(rig)
         return rig
 

@@ -493,7 +493,7 @@ def test_isolated_dropped_frames_cost_one_timeout_each_and_end_the_broken_episod
     control_rig, ros_node
 ):
     # Every 37th reply is dropped: a 10 ms timeout now and then, in episodes, in resets and
-    # when a reset begins; never three in a row.
+    # when a reset begins; never two in a row.
     # The 5 ms contract: no transition stretched beyond it may be published.
     rig = control_rig(
         emulator_args=('--drop-every', '37'),
@@ -508,15 +508,15 @@ def test_isolated_dropped_frames_cost_one_timeout_each_and_end_the_broken_episod
         return [r for r in runs[:-1] if not (r[-1].terminated or r[-1].truncated)]
 
     def lost_replies():
-        # Timeouts without a late reply behind them: frames the emulator dropped (a reply a
-        # busy VM merely delayed is a timeout and then a stale reply).
+        # Timeouts without a late reply behind them: at most the frames the emulator dropped
+        # (a reply a busy VM merely delayed is a timeout and then, mostly, a stale reply).
         d = col.diagnostics[-1][2] if col.diagnostics else {}
         return int(d.get('serial_timeouts', 0)) - int(d.get('serial_stale_replies', 0))
 
     deadline = time.monotonic() + 30
     # Until enough dropped frames, one of them inside an episode (most fall in resets).
     while lost_replies() < 8 or not broken_episodes():
-        assert time.monotonic() < deadline, ('frames lost', rig.why())
+        assert time.monotonic() < deadline, (f'{lost_replies()} frames lost of 8', rig.why())
         assert rig.driver.state() == 'active', (col.diagnostics[-1:], rig.why())
         spin_for(ros_node, 0.2)
     assert rig.driver.state() == 'active' and rig.engaged_now(), rig.why()
@@ -530,6 +530,8 @@ def test_isolated_dropped_frames_cost_one_timeout_each_and_end_the_broken_episod
     print(f'{dropped} replies dropped, {timeouts} timeouts, {stale} stale replies')
     # One timeout per dropped frame (a reply merely late would add a stale one as well).
     assert dropped >= 8 and dropped <= timeouts <= dropped + stale, (dropped, d)
+    # And each cost that one failed tick only (nothing else failed after it).
+    assert int(d['serial_errors']) <= timeouts, d
     # An episode a timeout broke ended there (no terminal flag), and the next one began at
     # step 0 after a reset; none ran on across a timeout. A step missing from an episode (its
     # first ones included) is only ever a transition the loop dropped for its stretched dt (a
@@ -541,6 +543,10 @@ def test_isolated_dropped_frames_cost_one_timeout_each_and_end_the_broken_episod
         gaps += steps[-1] + 1 - len(steps)
     assert gaps <= int(d['transitions_dropped_late']), (gaps, d)
     assert broken_episodes()
+    # A cut episode is run again under its number (only a finished one counts).
+    assert any(a[-1].episode == b[0].episode for a, b in zip(runs, runs[1:], strict=False)), [
+        (r[0].episode, r[-1].step) for r in runs
+    ]
     assert all(abs(t.dt_s - PERIOD_S) <= 0.005 for t in col.transitions)
     _assert_accounted(col, d)
 
@@ -553,11 +559,19 @@ def test_garbage_on_the_line_is_skipped_counted_and_warned_about(control_rig, ro
     spin_for(ros_node, 3.0)
     col.close()
     assert rig.driver.state() == 'active' and rig.engaged_now(), rig.why()
-    lvl, msg, last = col.diagnostics[-1]
+    last = col.diagnostics[-1][2]
     assert int(last['serial_bytes_skipped']) >= 16 * 20, last
     assert int(last['violations']) == 0
-    # Warned about (a tick a busy VM missed would warn about the rate instead in that report).
-    assert any(w[0] == DiagnosticStatus.WARN and 'line noise' in w[1] for w in col.diagnostics)
+    # Skipped, not lost: the reply behind each burst was read (a timeout after each would be
+    # ~10 serial errors a second; a busy VM's stray one is allowed).
+    bursts = int(last['serial_bytes_skipped']) // 16
+    assert int(last['serial_errors']) * 10 <= bursts, last
+    # Warned about, while noise was being skipped (a tick a busy VM missed would warn about
+    # the rate instead in that report).
+    assert any(
+        lvl == DiagnosticStatus.WARN and 'line noise' in msg and int(v['serial_bytes_skipped'])
+        for lvl, msg, v in col.diagnostics
+    ), col.diagnostics[-3:]
     # Skipping the garbage costs no time: transitions flow, none dropped for a stretched dt.
     assert len(col.transitions) >= 40
     # None dropped for the garbage: a stray late tick of a busy CI VM at most now and then.
@@ -568,7 +582,7 @@ def test_garbage_on_the_line_is_skipped_counted_and_warned_about(control_rig, ro
 def test_a_stalled_rig_stops_the_loop_safely_after_bounded_retries(control_rig, ros_node):
     rig = control_rig(
         emulator_args=('--stall-every', '1', '--stall-ms', '60', '--faults-after', '8'),
-        max_serial_errors=3,  # the rule under test
+        max_serial_errors=3,  # the rule under test, and a trip before the deadman (100 ms)
     )
     col = Collector(ros_node, rig.name)
     _active(rig)
@@ -609,8 +623,8 @@ def test_a_vanished_rig_is_detected_and_the_node_reconfigures_when_it_returns(
     assert detected_s < 2.0
     assert any('stopped: RigDisconnected' in m for m in col.errors()), col.errors()[-1:]
     # Transitions up to the fault: every one the loop made was published and received, but
-    # for the last max_strikes - 1 (4 here) if a strike held them back just before (a busy VM).
-    assert int(d['transitions_withdrawn']) <= 4, d
+    # for the last max_strikes - 1 if a strike held them back just before (a busy VM).
+    assert int(d['transitions_withdrawn']) <= rig.params['max_strikes'] - 1, d
     _assert_accounted(col, d)
     # The rig comes back at the same device path: cleanup, configure, activate work again.
     back = start_emulator('--events', name=f'rig_{rig.name}')
@@ -825,9 +839,11 @@ def test_monitoring_as_rqt_sees_it_lifecycle_events_diagnostics_and_plottable_to
     last = statuses[-1][2]
     for key in ('tick_rate_hz', 'target_rate_hz', 'violations', 'serial_errors'):
         float(last[key])  # plottable
-    # The loop's rate, near its target (each tick a busy VM missed in the second is 1 Hz off;
-    # how exactly the rate holds is the V1 test's and the timing benchmark's subject).
-    assert 40.0 <= float(last['tick_rate_hz']) <= 50.5, last
+    # The loop's rate, at its target but for the ticks a busy VM missed since the report
+    # before (each 1 Hz at 50 Hz).
+    now, before = active[-1][2], (active[-2][2] if len(active) > 1 else {})
+    missed = int(now['missed_ticks']) - int(before.get('missed_ticks', 0))
+    assert abs(float(now['tick_rate_hz']) - (50.0 - missed)) < 1.0, (missed, now)
     # rqt_plot: labelled numeric arrays, the tick topic at the tick rate (capped at 100 Hz).
     assert ticks and all(len(m.layout.dim) == len(m.data) for m in ticks[:5])
     assert 0.5 * 50 * elapsed <= len(ticks) <= 100 * elapsed + 10

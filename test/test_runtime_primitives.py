@@ -1,4 +1,4 @@
-"""Pure runtime primitives, no ROS: pacer, watchdogs, outbox, policy codec and snapshot."""
+"""Pure runtime primitives, no ROS: pacer, watchdogs, outbox, codec, snapshot, host steal."""
 
 import numpy as np
 import pytest
@@ -182,7 +182,7 @@ def test_transition_layout_round_trips_and_rejects_bad_messages():
         unpack(layout[:-1], t.pack()[:-1], 6, 1)
 
 
-def test_host_steal_is_read_from_proc_stat_and_a_missing_file_reads_as_none(tmp_path):
+def test_host_steal_is_read_from_proc_stat_and_an_unreadable_one_reads_as_zero(tmp_path):
     from rip_control.stats import cpu_times, steal_fraction
 
     stat = tmp_path / 'stat'
@@ -193,6 +193,8 @@ def test_host_steal_is_read_from_proc_stat_and_a_missing_file_reads_as_none(tmp_
     stat.write_text('cpu  200 0 100 1550 10 0 5 135 0 0\n')
     assert steal_fraction(start, cpu_times(str(stat))) == pytest.approx(100 / 1000)
     assert cpu_times(str(tmp_path / 'missing')) == (0, 0)
+    stat.write_text('cpu  100 0 x 800\n')  # some container's view
+    assert cpu_times(str(stat)) == (0, 0)
     assert steal_fraction((0, 0), (0, 0)) == 0.0
     steal, total = cpu_times()  # this machine's
     assert 0 <= steal <= total

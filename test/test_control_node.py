@@ -543,10 +543,16 @@ def test_isolated_dropped_frames_cost_one_timeout_each_and_end_the_broken_episod
         gaps += steps[-1] + 1 - len(steps)
     assert gaps <= int(d['transitions_dropped_late']), (gaps, d)
     assert broken_episodes()
-    # A cut episode is run again under its number (only a finished one counts).
-    assert any(a[-1].episode == b[0].episode for a, b in zip(runs, runs[1:], strict=False)), [
-        (r[0].episode, r[-1].step) for r in runs
-    ]
+    # A cut episode is run again under its number; a finished one counts (the next run is the
+    # next number). A run whose last transition a busy VM's late tick dropped looks cut but
+    # counted: the number moves by 0 or 1, and by 1 after every run seen to finish.
+    pairs = list(zip(runs, runs[1:], strict=False))
+    numbering = [(r[0].episode, r[-1].step, r[-1].terminated or r[-1].truncated) for r in runs]
+    for a, b in pairs:
+        finished = a[-1].terminated or a[-1].truncated
+        step = b[0].episode - a[-1].episode
+        assert step == 1 if finished else step in (0, 1), numbering
+    assert any(a[-1].episode == b[0].episode for a, b in pairs), numbering
     assert all(abs(t.dt_s - PERIOD_S) <= 0.005 for t in col.transitions)
     _assert_accounted(col, d)
 
@@ -566,12 +572,23 @@ def test_garbage_on_the_line_is_skipped_counted_and_warned_about(control_rig, ro
     # ~10 serial errors a second; a busy VM's stray one is allowed).
     bursts = int(last['serial_bytes_skipped']) // 16
     assert int(last['serial_errors']) * 10 <= bursts, last
-    # Warned about, while noise was being skipped (a tick a busy VM missed would warn about
-    # the rate instead in that report).
-    assert any(
-        lvl == DiagnosticStatus.WARN and 'line noise' in msg and int(v['serial_bytes_skipped'])
+    # Warned about, for the noise: every report with skipped bytes and nothing else that warns
+    # (no serial error, bad frame or refused weights so far) says so, unless a tick a busy VM
+    # missed made it a rate warning; and there is such a report, or a stray serial error of
+    # a busy VM came before the first.
+    noise_only = [
+        (lvl, msg)
         for lvl, msg, v in col.diagnostics
-    ), col.diagnostics[-3:]
+        if v.get('lifecycle_state') == 'active'
+        and int(v.get('serial_bytes_skipped', 0))
+        and v['serial_errors'] == v['serial_bad_frames'] == v['weights_rejected'] == '0'
+    ]
+    assert all(
+        lvl == DiagnosticStatus.WARN and ('line noise' in msg or msg.startswith('tick rate'))
+        for lvl, msg in noise_only
+    ), noise_only
+    first = next(v for _, _, v in col.diagnostics if 'serial_bytes_skipped' in v)
+    assert noise_only or int(first['serial_errors']) + int(first['serial_bad_frames']), first
     # Skipping the garbage costs no time: transitions flow, none dropped for a stretched dt.
     assert len(col.transitions) >= 40
     # None dropped for the garbage: a stray late tick of a busy CI VM at most now and then.
@@ -843,7 +860,7 @@ def test_monitoring_as_rqt_sees_it_lifecycle_events_diagnostics_and_plottable_to
     # before (each 1 Hz at 50 Hz).
     now, before = active[-1][2], (active[-2][2] if len(active) > 1 else {})
     missed = int(now['missed_ticks']) - int(before.get('missed_ticks', 0))
-    assert abs(float(now['tick_rate_hz']) - (50.0 - missed)) < 1.0, (missed, now)
+    assert missed <= 5 and abs(float(now['tick_rate_hz']) - (50.0 - missed)) < 1.0, (missed, now)
     # rqt_plot: labelled numeric arrays, the tick topic at the tick rate (capped at 100 Hz).
     assert ticks and all(len(m.layout.dim) == len(m.data) for m in ticks[:5])
     assert 0.5 * 50 * elapsed <= len(ticks) <= 100 * elapsed + 10

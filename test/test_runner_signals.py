@@ -81,15 +81,17 @@ def _no_process_left(tmp_path: Path, timeout_s: float = 30.0) -> None:
 def test_a_signal_right_after_the_announcement_ends_the_runner_cleanly_every_time(tmp_path):
     """Ten times, alternating SIGINT and SIGTERM, from the announcement on.
 
-    The delay after the announcement grows from 0 to 1.8 s, so the signal falls into each
-    phase of the start: processes being started, the learner importing, configuring.
+    Both at once after the announcement, then at delays growing to 1.8 s, so that a signal
+    falls into each phase of the start: processes being started, the learner importing,
+    configuring.
     """
-    for i in range(10):
+    delays = (0.0, 0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.5, 1.8)
+    for i, delay in enumerate(delays):
         sig = signal.SIGINT if i % 2 == 0 else signal.SIGTERM
         run_dir = tmp_path / str(i)
         runner = Runner(run_dir, 'episodes:=1', 'episode_seconds:=1')
         assert runner.announced.wait(30), runner.text
-        time.sleep(i * 0.2)  # the moment, not a synchronisation
+        time.sleep(delay)  # the moment, not a synchronisation
         runner.proc.send_signal(sig)
         code = runner.proc.wait(timeout=90)
         assert code == 130, (i, sig, runner.text)

@@ -124,6 +124,9 @@ def test_v5_short_runs_all_three_ways_and_writes_json_and_plots(tmp_path):
     assert arms['rip_control']['ros__parameters']['train_noise_scale'] == 1.0
     doc = json.loads(out.read_text())
     assert set(doc['deployment']) == {'sim_only', 'async_finetuned', 'sync_finetuned'}
+    # The host's steal during the run is recorded and printed.
+    assert 0.0 <= doc['host_steal']['fraction'] < 1.0 and doc['host_steal']['wall_s'] > 0
+    assert 'host steal: ' in proc.stdout
     for d in doc['deployment'].values():
         assert d['summary']['episodes'] == 1
     assert abs(doc['finetune']['async']['ticks']['measured_rate_hz'] - 50.0) < 0.5

@@ -127,14 +127,14 @@ _rig_counter = itertools.count()
 class ControlRig:
     """An emulator plus a control node process, and a lifecycle driver for the node."""
 
-    def __init__(self, name, emulator, proc, driver, run_dir, log_path):
+    def __init__(self, name, emulator, proc, driver, run_dir, log_path, params):
         self.name = name
         self.emulator = emulator
         self.proc = proc
         self.driver = driver
         self.run_dir = run_dir
         self.log_path = log_path
-        self.params = {}  # the node's parameters, as the fixture passed them
+        self.params = params  # the node's parameters, as the fixture passed them
 
     def log(self):
         """Everything the node has printed so far."""
@@ -257,8 +257,7 @@ def control_rig(ros_node, start_emulator, tmp_path):
             )
         driver = LifecycleDriver(ros_node, f'/{name}')
         assert driver.wait_for_services(15.0), 'control node lifecycle services never appeared'
-        rig = ControlRig(name, emu, proc, driver, run_dir / name, log_path)
-        rig.params = defaults
+        rig = ControlRig(name, emu, proc, driver, run_dir / name, log_path, defaults)
         rigs.append(rig)
         return rig
 

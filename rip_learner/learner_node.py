@@ -38,10 +38,10 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
+from rip_control.params import LEARNER_PARAMETERS
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.ros.node_params import declare, spin_until_shutdown
 from rip_control.ros.qos import TRANSITIONS_QOS, WEIGHTS_QOS
-from rip_control.run.params import LEARNER_PARAMETERS
 from rip_control.transitions import TransitionRejected, check_period, unpack
 from rip_learner.buffer_store import RunFolderInUse, check_run_dir_is_free
 from rip_learner.learner_settings import LearnerConfigError, LearnerSettings

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from rip_control.params import LEARNER_PARAMETERS, From, FromParams, Param
 from rip_learner.sac import SacConfig
 
 SMOOTHNESS_REFERENCES = ('none', 'initial')
@@ -15,12 +17,49 @@ class LearnerConfigError(ValueError):
     """A parameter, initial policy or resume file the learner cannot start with."""
 
 
-@dataclass(frozen=True)
-class LearnerSettings:
-    """Everything read from parameters at start."""
+def _ints(value: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in value)
 
-    rate_hz: float
+
+def _paths(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(',') if x.strip())
+
+
+@dataclass(frozen=True)
+class LearnerSettings(FromParams):
+    """Everything read from parameters at start.
+
+    Each learner parameter sets exactly one field: of ``sac`` or of this class (``PARAMS``).
+    """
+
+    TABLE: ClassVar[tuple[Param, ...]] = LEARNER_PARAMETERS
+    PARAMS: ClassVar[Mapping[str, From]] = {
+        'rate_hz': From('rate_hz'),
+        'gradient_steps': From('gradient_steps'),
+        'learning_starts': From('learning_starts'),
+        'max_chunk': From('max_chunk'),
+        'fast_updates': From('fast_updates'),
+        'critic_warmup_updates': From('critic_warmup_updates'),
+        'prior_data': From('prior_data'),
+        'prior_ratio': From('prior_ratio'),
+        'smoothness': From('smoothness'),
+        'smoothness_reference': From('smoothness_reference'),
+        'dt_tolerance_s': From('dt_tolerance_ms', 1e-3),
+        'resume_buffer': From('resume_buffer'),
+        'resume_bags': From('resume_bag', cast=_paths),
+        'policy': From('policy'),
+        'run_name': From('run_name'),
+        'runs_dir': From('runs_dir'),
+        'publish_every_steps': From('publish_every_steps'),
+        'publish_every_s': From('publish_every_s'),
+        'checkpoint_every_s': From('checkpoint_every_s'),
+        'nice': From('nice'),
+        'cpus': From('cpus', cast=_ints),
+        'fault_train_error_after_updates': From('fault_train_error_after_updates'),
+    }
+
     sac: SacConfig
+    rate_hz: float
     gradient_steps: int
     learning_starts: int
     max_chunk: int
@@ -29,75 +68,56 @@ class LearnerSettings:
     prior_data: str
     prior_ratio: float
     smoothness: float
+    smoothness_reference: str
     dt_tolerance_s: float
     resume_buffer: str
     resume_bags: tuple[str, ...]
     policy: str
-    run_dir: Path
+    run_name: str
+    runs_dir: str
     publish_every_steps: int
     publish_every_s: float
     checkpoint_every_s: float
     nice: int
     cpus: tuple[int, ...]
-    fault_train_error_after_updates: int = 0
-    smoothness_reference: str = 'none'
+    fault_train_error_after_updates: int
+
+    def __post_init__(self) -> None:
+        if self.smoothness_reference not in SMOOTHNESS_REFERENCES:
+            raise LearnerConfigError(
+                f'smoothness_reference must be one of {", ".join(SMOOTHNESS_REFERENCES)}, '
+                f'got {self.smoothness_reference!r}'
+            )
+        safeguards = {
+            'critic_warmup_updates': self.critic_warmup_updates,
+            'prior_data': self.prior_data,
+            'smoothness': self.smoothness,
+        }
+        if not self.fast_updates and any(safeguards.values()):
+            named = ', '.join(f'{k}:={v}' for k, v in safeguards.items() if v)
+            raise LearnerConfigError(f'{named} needs fast_updates:=true (rip_learner.fast_sac)')
+
+    @classmethod
+    def from_params(
+        cls, values: Mapping[str, Any] | None = None, **fields: Any
+    ) -> LearnerSettings:
+        """The settings for ``values`` (parameter names; the table's defaults for the rest).
+
+        :raises LearnerConfigError: a combination the SAC configuration or the safeguards
+            refuse.
+        """
+        try:
+            sac = SacConfig.from_params(values)
+        except ValueError as exc:
+            raise LearnerConfigError(str(exc)) from exc
+        return cls(**{'sac': sac, **cls.field_values(values), **fields})
 
     @classmethod
     def from_node(cls, node: Any) -> LearnerSettings:
-        """Read them from the node's parameters (declared from the parameter table).
+        """Read them from the node's parameters (declared from the parameter table)."""
+        return cls.from_params({p.name: node.get_parameter(p.name).value for p in cls.TABLE})
 
-        :raises LearnerConfigError: a combination the SAC configuration refuses.
-        """
-        p = node.get_parameter
-        try:
-            sac = SacConfig(
-                hidden_sizes=tuple(int(h) for h in p('hidden_sizes').value),
-                batch_size=p('batch_size').value,
-                learning_rate=p('learning_rate').value,
-                gamma=p('gamma').value,
-                tau=p('tau').value,
-                buffer_size=p('buffer_size').value,
-                torch_threads=p('torch_threads').value,
-                seed=p('seed').value,
-                device=p('device').value,
-            )
-        except ValueError as exc:
-            raise LearnerConfigError(str(exc)) from exc
-        safeguards = {
-            'critic_warmup_updates': p('critic_warmup_updates').value,
-            'prior_data': p('prior_data').value,
-            'smoothness': p('smoothness').value,
-        }
-        reference = p('smoothness_reference').value
-        if reference not in SMOOTHNESS_REFERENCES:
-            raise LearnerConfigError(
-                f'smoothness_reference must be one of {", ".join(SMOOTHNESS_REFERENCES)}, '
-                f'got {reference!r}'
-            )
-        if not p('fast_updates').value and any(safeguards.values()):
-            named = ', '.join(f'{k}:={v}' for k, v in safeguards.items() if v)
-            raise LearnerConfigError(f'{named} needs fast_updates:=true (rip_learner.fast_sac)')
-        return cls(
-            rate_hz=p('rate_hz').value,
-            sac=sac,
-            gradient_steps=p('gradient_steps').value,
-            learning_starts=p('learning_starts').value,
-            max_chunk=p('max_chunk').value,
-            fast_updates=p('fast_updates').value,
-            critic_warmup_updates=safeguards['critic_warmup_updates'],
-            prior_data=safeguards['prior_data'],
-            prior_ratio=p('prior_ratio').value,
-            smoothness=safeguards['smoothness'],
-            dt_tolerance_s=p('dt_tolerance_ms').value / 1e3,
-            resume_buffer=p('resume_buffer').value,
-            resume_bags=tuple(x.strip() for x in p('resume_bag').value.split(',') if x.strip()),
-            policy=p('policy').value,
-            run_dir=Path(p('runs_dir').value) / p('run_name').value,
-            publish_every_steps=p('publish_every_steps').value,
-            publish_every_s=p('publish_every_s').value,
-            checkpoint_every_s=p('checkpoint_every_s').value,
-            nice=p('nice').value,
-            cpus=tuple(int(c) for c in p('cpus').value),
-            fault_train_error_after_updates=p('fault_train_error_after_updates').value,
-            smoothness_reference=reference,
-        )
+    @property
+    def run_dir(self) -> Path:
+        """``runs_dir/run_name``: where this learner writes."""
+        return Path(self.runs_dir) / self.run_name

@@ -38,12 +38,12 @@ import gymnasium as gym
 import numpy as np
 
 from rip_control.files import atomic_write_bytes
+from rip_control.params import Param
 from rip_control.policy import encode_actor
 from rip_control.rig.dynamics import PendulumParams
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE, SimRotaryInvertedPendulumEnv, TaskConfig
 from rip_control.run.evaluation import EpisodeMetrics, episode_metrics, summarize
 from rip_control.run.launching import help_requested, parse_options
-from rip_control.run.params import Param
 from rip_learner.sac import (
     CHECKPOINT_FILE,
     PRIOR_DATA_FILE,
@@ -315,12 +315,12 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
     rate = float(opts['rate'])
     out = Path(opts['out'])
     out.mkdir(parents=True, exist_ok=True)
-    task = TaskConfig(rate_hz=rate, episode_seconds=opts['episode_seconds'])
+    task = TaskConfig.from_params(rate_hz=rate, episode_seconds=opts['episode_seconds'])
     eval_task = replace(task, episode_seconds=opts['eval_seconds'])
     ranges = randomization_named(opts['randomization'])
     randomization = ranges if opts['randomize'] else None
     curriculum = Curriculum(opts['balance_steps'], opts['ramp_steps'], opts['final_upright_share'])
-    cfg = SacConfig(
+    cfg = SacConfig.from_params(
         hidden_sizes=tuple(int(h) for h in opts['hidden_sizes']),
         batch_size=opts['batch_size'],
         learning_rate=opts['learning_rate'],

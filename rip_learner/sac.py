@@ -9,13 +9,15 @@ it in numpy.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 
+from rip_control.params import LEARNER_PARAMETERS, From, FromParams, Param
 from rip_control.policy import PolicyMeta, read_metadata
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 
@@ -31,23 +33,37 @@ ACTION_SPACE = gym.spaces.Box(-1.0, 1.0, shape=(ACTION_SIZE,), dtype=np.float32)
 
 
 @dataclass(frozen=True)
-class SacConfig:
+class SacConfig(FromParams):
     """SAC hyperparameters the learner exposes as parameters.
 
-    The default network is smaller than SB3's [256, 256]: on two shared cores that size
-    manages ~72 updates/s, short of the K = 4 x 50 Hz = 200 the fine-tune needs
-    (``bench/results/learner_throughput.json`` has the measured trade-off).
+    Their defaults are in :data:`rip_control.params.LEARNER_PARAMETERS` (build one with
+    :meth:`from_params`). The default network is smaller than SB3's [256, 256]: on two shared
+    cores that size manages ~72 updates/s, short of the K = 4 x 50 Hz = 200 the fine-tune
+    needs (``bench/results/learner_throughput.json`` has the measured trade-off).
     """
 
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    batch_size: int = 256
-    learning_rate: float = 3e-4
-    gamma: float = 0.99
-    tau: float = 0.005
-    buffer_size: int = 200_000
-    torch_threads: int = 1
-    seed: int = 0
-    device: str = 'cpu'
+    TABLE: ClassVar[tuple[Param, ...]] = LEARNER_PARAMETERS
+    PARAMS: ClassVar[Mapping[str, From]] = {
+        'hidden_sizes': From('hidden_sizes', cast=lambda v: tuple(int(h) for h in v)),
+        'batch_size': From('batch_size'),
+        'learning_rate': From('learning_rate'),
+        'gamma': From('gamma'),
+        'tau': From('tau'),
+        'buffer_size': From('buffer_size'),
+        'torch_threads': From('torch_threads'),
+        'seed': From('seed'),
+        'device': From('device'),
+    }
+
+    hidden_sizes: tuple[int, ...]
+    batch_size: int
+    learning_rate: float
+    gamma: float
+    tau: float
+    buffer_size: int
+    torch_threads: int
+    seed: int
+    device: str
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:

@@ -156,11 +156,11 @@ def sync_finetune(
 
     from rip_learner.fast_sac import FastSacUpdate
 
-    cfg = cfg or SacConfig()
+    cfg = cfg or SacConfig.from_params()
     out.mkdir(parents=True, exist_ok=True)
     client = LowLevelClient(serial_port)
     client.open()
-    task = TaskConfig(rate_hz=rate_hz, episode_seconds=episode_seconds)
+    task = TaskConfig.from_params(rate_hz=rate_hz, episode_seconds=episode_seconds)
     rig = RealRotaryInvertedPendulumEnv(client, task)
     env = DeadmanTolerantEnv(rig)
     dts: list[float] = []

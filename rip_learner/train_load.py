@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     cpus = os.sched_getaffinity(0) - {a.avoid_cpu}
     if cpus:
         os.sched_setaffinity(0, cpus)
-    cfg = SacConfig(
+    cfg = SacConfig.from_params(
         hidden_sizes=tuple(int(h) for h in a.hidden.split(',')),
         batch_size=a.batch,
         torch_threads=a.threads,

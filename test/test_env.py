@@ -33,7 +33,7 @@ def test_firmware_timestamp_wrap_is_unwrapped():
 
 
 def test_reward_is_highest_upright_and_centred():
-    task = RipTask(TaskConfig())
+    task = RipTask(TaskConfig.from_params())
     upright = PendulumReading(0.0, math.pi, 0.0)
     down = PendulumReading(0.0, 0.0, 0.0)
     off_centre = PendulumReading(1.0, math.pi, 0.0)
@@ -44,7 +44,7 @@ def test_reward_is_highest_upright_and_centred():
 
 
 def test_velocity_uses_the_measured_interval():
-    task = RipTask(TaskConfig())
+    task = RipTask(TaskConfig.from_params())
     a = PendulumReading(0.0, 0.0, 1.0)
     b = PendulumReading(0.1, 0.2, 1.025)  # a 25 ms sample interval, not the nominal 20
     _, theta_dot, phi_dot = task.observe(a, b, 0.0)
@@ -53,17 +53,17 @@ def test_velocity_uses_the_measured_interval():
 
 def test_task_config_names_the_bad_field():
     with pytest.raises(ValueError, match='TaskConfig.rate_hz must be > 0, got -5'):
-        TaskConfig(rate_hz=-5)
+        TaskConfig.from_params(rate_hz=-5)
     with pytest.raises(ValueError, match='TaskConfig.max_action_v must be a finite number'):
-        TaskConfig(max_action_v=float('nan'))
+        TaskConfig.from_params(max_action_v=float('nan'))
 
 
 def test_sim_env_passes_the_gymnasium_checker():
-    check_env(SimRotaryInvertedPendulumEnv(TaskConfig()), skip_render_check=True)
+    check_env(SimRotaryInvertedPendulumEnv(TaskConfig.from_params()), skip_render_check=True)
 
 
 def test_sim_env_truncates_at_episode_length_and_terminates_at_the_arm_limit():
-    env = SimRotaryInvertedPendulumEnv(TaskConfig(episode_seconds=0.5))
+    env = SimRotaryInvertedPendulumEnv(TaskConfig.from_params(episode_seconds=0.5))
     env.reset(seed=0)
     for i in range(25):  # noqa: B007 - i is checked after the loop
         _, _, terminated, truncated, _ = env.step(np.zeros(1))
@@ -78,7 +78,7 @@ def test_sim_env_truncates_at_episode_length_and_terminates_at_the_arm_limit():
 
 
 def test_sim_env_rejects_non_finite_actions():
-    env = SimRotaryInvertedPendulumEnv(TaskConfig())
+    env = SimRotaryInvertedPendulumEnv(TaskConfig.from_params())
     env.reset(seed=0)
     with pytest.raises(ValueError, match='action must be finite, got nan'):
         env.step(np.array([np.nan]))
@@ -87,7 +87,7 @@ def test_sim_env_rejects_non_finite_actions():
 def test_rig_env_resets_steps_at_its_rate_and_disengages_on_close(emulator):
     client = LowLevelClient(str(emulator.link), timeout_s=0.02)
     client.open()
-    env = RealRotaryInvertedPendulumEnv(client, TaskConfig(episode_seconds=0.4))
+    env = RealRotaryInvertedPendulumEnv(client, TaskConfig.from_params(episode_seconds=0.4))
     obs, info = env.reset(seed=0)
     assert obs.shape == (OBS_SIZE,) and info['settled']
     dts = []
@@ -107,8 +107,8 @@ def test_sim_sensing_latency_delays_readings_by_whole_and_partial_periods():
     actions = [0.6] * 10 + [-0.6] * 10
     lat = PendulumParams(sensing_latency_s=0.04)  # two periods at 50 Hz
     prompt, late = (
-        SimRotaryInvertedPendulumEnv(TaskConfig()),
-        SimRotaryInvertedPendulumEnv(TaskConfig(), lat),
+        SimRotaryInvertedPendulumEnv(TaskConfig.from_params()),
+        SimRotaryInvertedPendulumEnv(TaskConfig.from_params(), lat),
     )
     prompt.reset(seed=1)
     late.reset(seed=1)
@@ -119,7 +119,9 @@ def test_sim_sensing_latency_delays_readings_by_whole_and_partial_periods():
     for k in range(2, len(actions)):
         np.testing.assert_allclose(seen_late[k][:5], seen_prompt[k - 2][:5], atol=1e-6)
     # Half a period: the reading lies between the two neighbouring prompt readings.
-    half = SimRotaryInvertedPendulumEnv(TaskConfig(), PendulumParams(sensing_latency_s=0.01))
+    half = SimRotaryInvertedPendulumEnv(
+        TaskConfig.from_params(), PendulumParams(sensing_latency_s=0.01)
+    )
     half.reset(seed=1)
     arm = [half.step(np.array([a]))[0][0] for a in actions]
     prompt_arm = [o[0] for o in seen_prompt]
@@ -128,11 +130,13 @@ def test_sim_sensing_latency_delays_readings_by_whole_and_partial_periods():
 
 
 def test_sim_encoder_noise_is_seeded_and_switches_physics_between_episodes():
-    noisy = SimRotaryInvertedPendulumEnv(TaskConfig(), PendulumParams(encoder_noise_counts=2.0))
+    noisy = SimRotaryInvertedPendulumEnv(
+        TaskConfig.from_params(), PendulumParams(encoder_noise_counts=2.0)
+    )
     obs_a, _ = noisy.reset(seed=3)
     obs_b, _ = noisy.reset(seed=3)
     np.testing.assert_array_equal(obs_a, obs_b)
-    quiet = SimRotaryInvertedPendulumEnv(TaskConfig())
+    quiet = SimRotaryInvertedPendulumEnv(TaskConfig.from_params())
     quiet.reset(seed=3)
     arms = {round(float(noisy.step(np.zeros(1))[0][0]), 6) for _ in range(20)}
     assert len(arms) > 1  # noise on a rig at rest

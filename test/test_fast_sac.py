@@ -12,7 +12,7 @@ from rip_learner.sac import SacConfig, build_sac, prefill_random  # noqa: E402
 
 
 def _twin_models(ent_coef: object = 'auto') -> tuple[object, object]:
-    cfg = SacConfig(hidden_sizes=(64, 64), batch_size=64, buffer_size=5000, seed=3)
+    cfg = SacConfig.from_params(hidden_sizes=(64, 64), batch_size=64, buffer_size=5000, seed=3)
     kwargs = {} if ent_coef == 'auto' else {'ent_coef': ent_coef}
     a, b = build_sac(cfg, **kwargs), build_sac(cfg, **kwargs)
     for m in (a, b):
@@ -70,6 +70,6 @@ def test_the_comparison_would_see_a_different_update():
 
 
 def test_a_model_the_fast_update_cannot_run_is_refused_by_name():
-    cfg = SacConfig(hidden_sizes=(8,), batch_size=8, buffer_size=100)
+    cfg = SacConfig.from_params(hidden_sizes=(8,), batch_size=8, buffer_size=100)
     with pytest.raises(ValueError, match='gSDE'):
         FastSacUpdate(build_sac(cfg, use_sde=True))

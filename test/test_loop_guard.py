@@ -58,14 +58,15 @@ def test_evaluations_send_nothing_count_for_nothing_and_only_the_live_actor_trai
         try:
             # 20 ticks; every tick counts as balanced (|phi| < 4 rad), so that an evaluation's
             # balance is its length and the guard's balance bar has something to compare.
-            task = TaskConfig(rate_hz=50.0, episode_seconds=0.4, balance_threshold_rad=4.0)
+            task = TaskConfig.from_params(episode_seconds=0.4, balance_threshold_rad=4.0)
             env = RealRotaryInvertedPendulumEnv(client, task)
-            cfg = LoopConfig(
+            cfg = LoopConfig.from_params(
                 episodes=3,
                 eval_every_episodes=1,
                 eval_margin=0.05,
+                eval_best_margin=0.0,
                 eval_balance_margin=0.25,
-                eval_steps=eval_steps,
+                eval_episode_s=eval_steps / 50.0,
                 **LENIENT,
             )
             box = _Box(_actor(1))
@@ -128,13 +129,13 @@ def test_a_reactivation_runs_only_the_training_episodes_still_owed(tmp_path: Pat
     # After a trip the node re-activates the loop with the count of training episodes the
     # earlier activations finished; ``episodes`` is a total, not a count per activation.
     def activation(done_before: int) -> tuple[list[EpisodeSummary], int]:
-        task = TaskConfig(rate_hz=50.0, episode_seconds=0.2)  # 10 ticks
+        task = TaskConfig.from_params(episode_seconds=0.2)  # 10 ticks
         env = RealRotaryInvertedPendulumEnv(client, task)
         transitions: Outbox[Transition] = Outbox(100_000, holdback=2)
         episodes: Outbox[EpisodeSummary] = Outbox(100)
         loop = ControlLoop(
             env,
-            LoopConfig(episodes=3, **LENIENT),
+            LoopConfig.from_params(episodes=3, eval_every_episodes=0, **LENIENT),
             _Box(_actor(1)),
             transitions,
             Outbox(100_000),

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rip_control.run.params import CONTROL_PARAMETERS, LEARNER_PARAMETERS, Param, parse_options
+from rip_control.params import CONTROL_PARAMETERS, LEARNER_PARAMETERS, Param, parse_options
 
 RATE = Param('rate_hz', 50.0, 'control rate, Hz', 1.0, 1000.0)
 EPISODES = Param('episodes', 0, 'episodes', 0, 100)

@@ -39,7 +39,7 @@ def test_randomization_draws_inside_the_stated_ranges():
 
 
 def test_curriculum_env_draws_physics_and_start_at_each_reset():
-    sim = SimRotaryInvertedPendulumEnv(TaskConfig())
+    sim = SimRotaryInvertedPendulumEnv(TaskConfig.from_params())
     env = CurriculumEnv(sim, Curriculum(balance_steps=10**9), Randomization(), seed=1)
     env.reset(seed=0)
     first = sim.params

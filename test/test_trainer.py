@@ -14,30 +14,26 @@ from rip_learner.trainer import Trainer
 
 
 def _settings(tmp_path: Path, fast: bool, **kw: object) -> LearnerSettings:
-    base = dict(
-        rate_hz=50.0,
-        sac=SacConfig(batch_size=16, buffer_size=1000),
+    params = dict(
+        batch_size=16,
+        buffer_size=1000,
         gradient_steps=1,
         learning_starts=16,
         max_chunk=8,
         fast_updates=fast,
+        # The safeguards off: the subject is the update itself.
         critic_warmup_updates=0,
         prior_data='',
-        prior_ratio=0.5,
         smoothness=0.0,
-        dt_tolerance_s=0.005,
-        resume_buffer='',
-        resume_bags=(),
-        policy='',
-        run_dir=tmp_path,
+        smoothness_reference='none',
         publish_every_steps=100,
         publish_every_s=1.0,
-        checkpoint_every_s=30.0,
         nice=0,
-        cpus=(),
+        cpus=[],
+        run_name=tmp_path.name,
+        runs_dir=str(tmp_path.parent),
     )
-    base.update(kw)
-    return LearnerSettings(**base)  # type: ignore[arg-type]
+    return LearnerSettings.from_params(params, **kw)
 
 
 def _fill(tr: Trainer, n: int) -> None:
@@ -212,13 +208,13 @@ def test_device_auto_takes_the_cpu_here_and_cuda_without_a_gpu_is_refused() -> N
 
     from rip_learner.sac import build_sac
 
-    model = build_sac(SacConfig(device='auto'))
+    model = build_sac(SacConfig.from_params(device='auto'))
     assert model.device.type == ('cuda' if torch.cuda.is_available() else 'cpu')
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match='device:=cuda but torch sees no CUDA device'):
-            build_sac(SacConfig(device='cuda'))
+            build_sac(SacConfig.from_params(device='cuda'))
     with pytest.raises(ValueError, match="device must be one of auto, cpu, cuda, got 'gpu'"):
-        SacConfig(device='gpu')
+        SacConfig.from_params(device='gpu')
 
 
 def test_prior_data_loaded_after_the_reference_keeps_it(tmp_path: Path) -> None:

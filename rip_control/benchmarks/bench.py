@@ -34,9 +34,9 @@ import numpy as np
 
 from rip_control.benchmarks import serial_rt as bench_serial_rt
 from rip_control.files import atomic_write_bytes
+from rip_control.params import CONTROL_PARAMETERS, convert_all
 from rip_control.rig.emulator_process import EmulatorProcess, child_env, stop_process
 from rip_control.run.launching import ProcessSpec, ensure_loopback_dds, parse_args
-from rip_control.run.params import CONTROL_PARAMETERS, convert_all
 from rip_control.stats import cpu_times, overrun_causes, steal_fraction, tick_stats
 
 
@@ -359,7 +359,9 @@ def bench_sync_baseline(a: argparse.Namespace) -> dict[str, Any]:
     with EmulatorProcess(workdir / 'rig', []) as emu:
         client = LowLevelClient(str(emu.link))
         client.open()
-        task = TaskConfig(rate_hz=a.rate, episode_seconds=6.0, max_action_v=a.max_action_v)
+        task = TaskConfig.from_params(
+            rate_hz=a.rate, episode_seconds=6.0, max_action_v=a.max_action_v
+        )
         env = RealRotaryInvertedPendulumEnv(client, task)
         try:
             model = SAC(

@@ -85,7 +85,9 @@ def _evaluate(actor: Any, params: Any, seconds: float, episodes: int, seed: int)
     from rip_control.rig.env import SimRotaryInvertedPendulumEnv, TaskConfig
     from rip_learner.pretrain import run_episode
 
-    env = SimRotaryInvertedPendulumEnv(TaskConfig(rate_hz=50.0, episode_seconds=seconds), params)
+    env = SimRotaryInvertedPendulumEnv(
+        TaskConfig.from_params(rate_hz=50.0, episode_seconds=seconds), params
+    )
     ms = [run_episode(_actor_fn(actor, True), env, seed + i) for i in range(episodes)]
     balance = [m.longest_balance_s for m in ms]
     return {
@@ -117,7 +119,7 @@ def run_one(a: argparse.Namespace, seed: int, runs: Path) -> dict[str, Any]:
     np.random.seed(seed)
     params = PendulumParams.from_yaml(a.rig)
     env = SimRotaryInvertedPendulumEnv(
-        TaskConfig(rate_hz=rate, episode_seconds=a.episode_seconds), params
+        TaskConfig.from_params(rate_hz=rate, episode_seconds=a.episode_seconds), params
     )
     env.reset(seed=seed)
     model = build_sac(sac_config(lp))

@@ -33,7 +33,7 @@ def run(port: str, rate_hz: float, seconds: float, max_action_v: float) -> dict:
     node = rclpy.create_node('rip_timer_baseline')
     client = LowLevelClient(port)
     client.open()
-    task = TaskConfig(rate_hz=rate_hz, episode_seconds=6.0, max_action_v=max_action_v)
+    task = TaskConfig.from_params(rate_hz=rate_hz, episode_seconds=6.0, max_action_v=max_action_v)
     env = RealRotaryInvertedPendulumEnv(client, task)
     snapshot = PolicySnapshot(random_actor(OBS_SIZE, ACTION_SIZE, (64, 64), rate_hz))
     pub = node.create_publisher(Float32MultiArray, 'transitions', TRANSITIONS_QOS)

@@ -89,16 +89,13 @@ def arm_parameters(a: argparse.Namespace, runs: Path) -> tuple[Path, dict[str, A
     """The parameter file both arms run with, written into ``runs``; and its learner section."""
     import yaml
 
-    from rip_control.run.launching import default_params_file
+    from rip_control.run.launching import CONTROL, LEARNER, node_parameters
 
-    base = Path(a.params_file) if a.params_file else default_params_file()
-    doc = yaml.safe_load(base.read_text())
-    control = doc['rip_control']['ros__parameters']
-    learner = doc['rip_learner']['ros__parameters']
-    from rip_control.run.params import LEARNER_PARAMETERS
-
-    for p in LEARNER_PARAMETERS:  # what the learner would take for a key the file leaves out
-        learner.setdefault(p.name, p.default)
+    given = {'params_file': a.params_file} if a.params_file else {}
+    params = node_parameters(given)  # the shipped defaults, and the file over them
+    doc = {node: {'ros__parameters': params[node]} for node in (CONTROL, LEARNER)}
+    control = doc[CONTROL]['ros__parameters']
+    learner = doc[LEARNER]['ros__parameters']
     control['seed'] = learner['seed'] = a.seed
     if a.guard is not None:  # None: as the file says
         control['eval_every_episodes'] = a.guard
@@ -283,17 +280,7 @@ def sac_config(lp: dict[str, Any]) -> Any:
     """The learner's SAC hyperparameters from its parameter section (for the sync arm)."""
     from rip_learner.sac import SacConfig
 
-    return SacConfig(
-        hidden_sizes=tuple(int(h) for h in lp['hidden_sizes']),
-        batch_size=int(lp['batch_size']),
-        learning_rate=float(lp['learning_rate']),
-        gamma=float(lp['gamma']),
-        tau=float(lp['tau']),
-        buffer_size=int(lp['buffer_size']),
-        torch_threads=int(lp['torch_threads']),
-        seed=int(lp.get('seed', 0)),
-        device=str(lp.get('device', 'auto')),
-    )
+    return SacConfig.from_params(lp)
 
 
 def safeguards(lp: dict[str, Any], policy: str, rate_hz: float) -> dict[str, Any]:

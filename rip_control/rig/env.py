@@ -19,14 +19,16 @@ Action: one float in [-1, 1], scaled to ``max_action_v`` volts.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 import math
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 
+from rip_control.params import CONTROL_PARAMETERS, From, FromParams, Param
 from rip_control.rig.client import LowLevelClient
 from rip_control.rig.dynamics import FurutaDynamics, PendulumParams
 from rip_control.rig.protocol import RigState, Status
@@ -39,8 +41,12 @@ QUIET_FILTER = 0.2  # EMA weight of the reset's stillness velocities (per reset 
 
 
 @dataclass(frozen=True)
-class TaskConfig:
+class TaskConfig(FromParams):
     """The task both environments pose. Validated here, once.
+
+    The first four fields are the control node's parameters (their defaults are in
+    :data:`rip_control.params.CONTROL_PARAMETERS`: build one with :meth:`from_params`); the
+    rest are the task's constants.
 
     :param rate_hz: control rate; one env step is one period.
     :param episode_seconds: truncation after this long of policy ticks.
@@ -58,10 +64,18 @@ class TaskConfig:
     :param reset_pendulum_damping_v_s_per_rad: gain of the pendulum-calming term.
     """
 
-    rate_hz: float = 50.0
-    episode_seconds: float = 6.0
-    max_action_v: float = 8.0
-    arm_limit_rad: float = 1.6
+    TABLE: ClassVar[tuple[Param, ...]] = CONTROL_PARAMETERS
+    PARAMS: ClassVar[Mapping[str, From]] = {
+        'rate_hz': From('rate_hz'),
+        'episode_seconds': From('episode_seconds'),
+        'max_action_v': From('max_action_v'),
+        'arm_limit_rad': From('arm_limit_rad'),
+    }
+
+    rate_hz: float
+    episode_seconds: float
+    max_action_v: float
+    arm_limit_rad: float
     balance_threshold_rad: float = 0.2
     reward_arm_weight: float = 0.2
     reward_action_weight: float = 0.05

@@ -49,6 +49,7 @@ from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from std_msgs.msg import UInt8MultiArray
 
+from rip_control.params import CONTROL_PARAMETERS
 from rip_control.policy import (
     NumpyActor,
     PolicyRejected,
@@ -68,7 +69,6 @@ from rip_control.rt.handle import RtProcess, RtStartFailed, describe_exit
 from rip_control.rt.link import RtStatus
 from rip_control.rt.loop import EpisodeSummary
 from rip_control.rt.realtime import is_fifo, set_fifo
-from rip_control.run.params import CONTROL_PARAMETERS
 from rip_control.transitions import field_layout
 
 PARAMETERS = CONTROL_PARAMETERS
@@ -142,7 +142,7 @@ class ControlNode(LifecycleNode):
             serial_timeout_s=s.serial_timeout_s,
             actor=actor,
             transition_floats=sum(n for _, n in field_layout(OBS_SIZE, ACTION_SIZE)),
-            cpu=s.control_cpu,
+            cpu=s.cpu,
             fifo_priority=s.fifo_priority,
             switch_interval_s=s.switch_interval_s,
             gc_off=s.gc_off,

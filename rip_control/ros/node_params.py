@@ -1,6 +1,6 @@
 """Shared node plumbing: parameter tables declared from one list, and the spin of ``main()``.
 
-Both nodes declare from the ROS-free tables of :mod:`rip_control.run.params`; :func:`declare` makes
+Both nodes declare from the ROS-free tables of :mod:`rip_control.params`; :func:`declare` makes
 them ``declare_parameter`` calls with a ``ParameterDescriptor`` (a floating-point range for
 doubles, an integer range for integers), so ``ros2 param describe`` shows the same text
 and limits that the table says.
@@ -12,7 +12,7 @@ from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 
-from rip_control.run.params import DOUBLE, INTEGER, Param
+from rip_control.params import DOUBLE, INTEGER, Param
 from rip_control.signals import StopSignals
 
 

@@ -18,8 +18,8 @@ import sys
 import time
 from typing import Any
 
+from rip_control.params import Param
 from rip_control.run.launching import ensure_loopback_dds, help_requested, parse_options
-from rip_control.run.params import Param
 from rip_control.signals import StopSignals
 
 OPTIONS = (

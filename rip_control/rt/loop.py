@@ -14,16 +14,17 @@ failure, any exception — passes through one ``finally`` that disengages the mo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 import enum
 import logging
 import math
 import time
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
+from rip_control.params import CONTROL_PARAMETERS, From, FromParams, Param
 from rip_control.policy import NumpyActor
 from rip_control.rig.client import RigDisconnected, RigError, RigProtocolError
 from rip_control.rig.env import RealRotaryInvertedPendulumEnv
@@ -59,10 +60,6 @@ class Phase(enum.Enum):
         return 'episode' if self is Phase.EPISODE else 'stopped'
 
 
-class ControlLoopHung(RuntimeError):
-    """The loop stopped ticking (the node's hung-loop watchdog saw no heartbeat)."""
-
-
 class ActorSource(Protocol):
     """The policy hand-off the loop reads once per tick (a snapshot, the RT process's box)."""
 
@@ -84,8 +81,11 @@ class SerialFailure(RuntimeError):
 
 
 @dataclass(frozen=True)
-class LoopConfig:
+class LoopConfig(FromParams):
     """Settings of the control loop (the task itself lives in the env's TaskConfig).
+
+    Every field but ``spin_s`` is a control node parameter, its default in
+    :data:`rip_control.params.CONTROL_PARAMETERS` (build one with :meth:`from_params`).
 
     :param timing_violation_threshold_s: overrun that counts as a strike; also the largest
         |dt - period| a transition may have and still be published.
@@ -98,7 +98,6 @@ class LoopConfig:
         off-policy, so narrower sampling changes what is tried, not how it is learnt from.
     :param episodes: stop after this many training episodes (0: until stopped); the
         regression guard's evaluation episodes are not counted.
-    :param spin_s: busy-wait window of the pacer.
     :param seed: seed of the exploration noise.
     :param fault_tick_delay_s: FAULT INJECTION for tests, never on a rig: stretch every tick's
         work by this long once ``fault_after_ticks`` ticks have run (0: off).
@@ -113,31 +112,51 @@ class LoopConfig:
     :param eval_balance_margin: how far below the longest balance an evaluation that went
         live has shown a candidate's may be and still go live, as a fraction of it (1: no
         requirement).
-    :param eval_steps: ticks of an evaluation episode, fewer or more than a training
-        episode's (0: as many).
+    :param eval_episode_s: length of an evaluation episode, shorter or longer than a
+        training episode (0: as long).
+    :param spin_s: busy-wait window of the pacer (not a parameter).
     """
 
-    timing_violation_threshold_s: float = 0.005
-    max_strikes: int = 3
-    hung_timeout_s: float = 0.1
-    max_serial_errors: int = 3
-    stochastic_actions: bool = True
-    train_noise_scale: float = 1.0
-    episodes: int = 0
+    TABLE: ClassVar[tuple[Param, ...]] = CONTROL_PARAMETERS
+    PARAMS: ClassVar[Mapping[str, From]] = {
+        'timing_violation_threshold_s': From('timing_violation_threshold_ms', 1e-3),
+        'max_strikes': From('max_strikes'),
+        'hung_timeout_s': From('hung_timeout_ms', 1e-3),
+        'max_serial_errors': From('max_serial_errors'),
+        'stochastic_actions': From('stochastic_actions'),
+        'train_noise_scale': From('train_noise_scale'),
+        'episodes': From('episodes'),
+        'seed': From('seed'),
+        'fault_tick_delay_s': From('fault_tick_delay_ms', 1e-3),
+        'fault_after_ticks': From('fault_after_ticks'),
+        'eval_every_episodes': From('eval_every_episodes'),
+        'eval_margin': From('eval_margin'),
+        'eval_best_margin': From('eval_best_margin'),
+        'eval_balance_margin': From('eval_balance_margin'),
+        'eval_episode_s': From('eval_episode_seconds'),
+    }
+
+    timing_violation_threshold_s: float
+    max_strikes: int
+    hung_timeout_s: float
+    max_serial_errors: int
+    stochastic_actions: bool
+    train_noise_scale: float
+    episodes: int
+    seed: int
+    fault_tick_delay_s: float
+    fault_after_ticks: int
+    eval_every_episodes: int
+    eval_margin: float
+    eval_best_margin: float
+    eval_balance_margin: float
+    eval_episode_s: float
     spin_s: float = 0.001
-    seed: int = 0
-    fault_tick_delay_s: float = 0.0
-    fault_after_ticks: int = 0
-    eval_every_episodes: int = 0
-    eval_margin: float = 0.05
-    eval_best_margin: float = 0.0
-    eval_balance_margin: float = 1.0
-    eval_steps: int = 0
 
     def __post_init__(self) -> None:
         self.gate()  # raises on bad values
-        if self.eval_steps < 0:
-            raise ValueError(f'eval_steps must be >= 0, got {self.eval_steps}')
+        if not self.eval_episode_s >= 0:
+            raise ValueError(f'eval_episode_s must be >= 0, got {self.eval_episode_s}')
         if not self.timing_violation_threshold_s > 0:
             value = self.timing_violation_threshold_s
             raise ValueError(f'timing_violation_threshold_s must be > 0, got {value}')
@@ -410,9 +429,10 @@ class ControlLoop:
             episode = self._episode
             next_obs, reward, terminated, truncated, info = env.observe_and_step()
             episode.record_tick(timing, strike, info, env.config.balance_threshold_rad)
-            if episode.evaluation and not terminated and self.config.eval_steps > 0:
+            eval_steps = round(self.config.eval_episode_s * env.config.rate_hz)
+            if episode.evaluation and not terminated and eval_steps > 0:
                 # Its own length, shorter or longer than a training episode's.
-                truncated = self.config.eval_steps <= env.episode_steps_done
+                truncated = eval_steps <= env.episode_steps_done
             self._emit(
                 episode, self.status, self._obs, next_obs, reward, terminated, truncated, info
             )

@@ -105,6 +105,10 @@ def plan(
     rigs = int(values['rigs'])
     specs = []
     control, learner = params[CONTROL], params[LEARNER]
+    # What the run reports under: the control node's rate and run folder.
+    values.update(
+        rate=control['rate_hz'], run_name=control['run_name'], runs_dir=control['runs_dir']
+    )
     ports = [x.strip() for x in str(control.get('serial_port') or '').split(',') if x.strip()]
     if ports and len(ports) != rigs:
         raise ValueError(f'serial_port lists {len(ports)} port(s) but rigs:={rigs}')

@@ -14,8 +14,7 @@ from pathlib import Path
 import sys
 from typing import Any
 
-from rip_control.rig.emulator_process import child_env
-from rip_control.run.params import (
+from rip_control.params import (
     CONTROL_PARAMETERS,
     LEARNER_PARAMETERS,
     Param,
@@ -26,6 +25,7 @@ from rip_control.run.params import (
     table_by_name,
     unknown_name,
 )
+from rip_control.rig.emulator_process import child_env
 
 # console_scripts entry point -> module (setup.py declares the same pairs)
 EXECUTABLES = {
@@ -115,18 +115,19 @@ __all__ = [
 
 @dataclass(frozen=True)
 class LaunchArgument:
-    """A launch argument and the node parameters it overrides.
+    """A launch argument, and the node parameters it sets when it is given.
 
     ``launch/finetune.launch.py`` declares these, and :mod:`rip_control.run.finetune` accepts
-    them as ``name:=value``; both apply a value to every ``(node, parameter)`` in ``targets``
-    on top of ``params_file``.
+    them as ``name:=value``. An argument that sets parameters (``targets``) overrides the
+    params file only when it is typed: not given (or empty), the file's value stands, and
+    without one the table's default. The others choose files and processes (``kind`` types
+    them and holds their default).
     """
 
     name: str
-    default: str
     description: str
     targets: tuple[tuple[str, str], ...] = ()
-    kind: Param | None = None  # the type of an argument that sets no node parameter
+    kind: Param | None = None  # the type and default of an argument that sets no parameter
 
     def param(self) -> Param:
         """The table entry that types and range-checks this argument's value."""
@@ -134,6 +135,15 @@ class LaunchArgument:
             return self.kind
         node, name = self.targets[0]
         return NODE_TABLES[node][name]
+
+    @property
+    def default(self) -> str:
+        """The launch file's default text: empty (not given) for an argument with targets."""
+        if self.kind is None:
+            return ''
+        return str(self.kind.default) if not isinstance(self.kind.default, bool) else (
+            str(self.kind.default).lower()
+        )
 
     def convert(self, text: Any) -> Any:
         """The argument's value, typed; :class:`ValueError` names ``name:=value`` if refused."""
@@ -146,71 +156,67 @@ NODE_TABLES = {
     LEARNER: table_by_name(LEARNER_PARAMETERS),
 }
 LAUNCH_ARGUMENTS = (
-    LaunchArgument(
-        'rate', '50.0', 'control rate, Hz', ((CONTROL, 'rate_hz'), (LEARNER, 'rate_hz'))
-    ),
+    LaunchArgument('rate', 'control rate, Hz', ((CONTROL, 'rate_hz'), (LEARNER, 'rate_hz'))),
     LaunchArgument(
         'serial_port',
-        '',
         'rig serial device; empty starts the emulator',
         ((CONTROL, 'serial_port'),),
     ),
     LaunchArgument(
         'run_name',
-        'default',
         'outputs under runs/<run_name>/',
         ((CONTROL, 'run_name'), (LEARNER, 'run_name')),
     ),
     LaunchArgument(
-        'runs_dir',
-        'runs',
-        'parent directory of runs',
-        ((CONTROL, 'runs_dir'), (LEARNER, 'runs_dir')),
+        'runs_dir', 'parent directory of runs', ((CONTROL, 'runs_dir'), (LEARNER, 'runs_dir'))
     ),
     LaunchArgument(
         'episodes',
-        '10',
         "training episodes to run (the guard's evaluations come on top; 0: until stopped)",
         ((CONTROL, 'episodes'),),
     ),
     LaunchArgument(
-        'episode_seconds', '6.0', 'policy time per episode, s', ((CONTROL, 'episode_seconds'),)
+        'episode_seconds', 'policy time per episode, s', ((CONTROL, 'episode_seconds'),)
     ),
     LaunchArgument(
-        'gradient_steps', '4', 'K: SAC updates per transition', ((LEARNER, 'gradient_steps'),)
+        'gradient_steps', 'K: SAC updates per transition', ((LEARNER, 'gradient_steps'),)
     ),
     LaunchArgument(
-        'resume_buffer', '', 'replay buffer to continue from', ((LEARNER, 'resume_buffer'),)
+        'resume_buffer',
+        "replay buffer to continue from; 'auto': the run's own, if it has one",
+        ((LEARNER, 'resume_buffer'),),
     ),
     LaunchArgument(
         'policy',
-        '',
         'initial actor (.safetensors); empty: the pre-trained policy shipped for the rate; '
         "'auto': the run's best-evaluated (its latest with the guard off), else the shipped one",
         ((CONTROL, 'policy'), (LEARNER, 'policy')),
     ),
     LaunchArgument(
         'params_file',
-        '',
-        "YAML with both nodes' parameters (default: the installed config/finetune.yaml)",
+        "YAML of both nodes' parameters over the shipped defaults (config/finetune.yaml is an "
+        'example); empty: none',
         kind=Param('params_file', '', 'YAML file'),
     ),
     LaunchArgument(
         'rig_params',
-        '',
         'emulator physics YAML (empty: QUBE-Servo 2)',
         kind=Param('rig_params', '', 'YAML file'),
     ),
     LaunchArgument(
+        'rig_firmware',
+        "what plays the emulated rig: 'python' (the rig emulator) or 'c' (the C firmware's "
+        'host build, compiled on first use)',
+        kind=Param('rig_firmware', 'python', "'python' or 'c'"),
+    ),
+    LaunchArgument(
         'rigs',
-        '1',
         'control nodes (namespaces rig0, rig1...) feeding the one learner; serial_port takes '
         'a comma-separated port per rig, or empty for an emulator each',
         kind=Param('rigs', 1, 'number of rigs', 1, 16),
     ),
     LaunchArgument(
         'violation_restarts',
-        '5',
         'after a timing violation or a serial stall (motor off, its unconfirmed transitions '
         'withdrawn) re-activate the rig; '
         'this many trips in a row with no episode finished between them end the run (0: the '
@@ -219,25 +225,12 @@ LAUNCH_ARGUMENTS = (
     ),
     LaunchArgument(
         'emulator_link',
-        '/tmp/rip_rig',
         'where the emulator links its pty',
-        kind=Param('emulator_link', '', 'path'),
+        kind=Param('emulator_link', '/tmp/rip_rig', 'path'),
     ),
 )
 LAUNCH_ARGUMENT_BY_NAME = {a.name: a for a in LAUNCH_ARGUMENTS}
-
-
-def default_params_file() -> Path:
-    """``config/finetune.yaml``: from the source tree, else from the installed share dir."""
-    here = Path(__file__).resolve().parents[2] / 'config' / 'finetune.yaml'
-    if here.exists():
-        return here
-    try:
-        from ament_index_python.packages import get_package_share_directory
-
-        return Path(get_package_share_directory('rip_control')) / 'config' / 'finetune.yaml'
-    except (ImportError, LookupError, OSError):  # no ROS 2 install and no source tree
-        raise FileNotFoundError('config/finetune.yaml not found; pass params_file:=PATH') from None
+FIRMWARES = ('python', 'c')
 
 
 def packaged_policy(rate_hz: float) -> Path:
@@ -259,17 +252,6 @@ RIG_REMAPS = {'transitions': '/transitions', 'policy_weights': '/policy_weights'
 """With several rigs, every control node publishes into and listens on the learner's topics."""
 
 
-def launch_default(a: LaunchArgument) -> str:
-    """The value an argument takes when not given, in the launch file and the runner alike.
-
-    ``params_file`` defaults to the installed ``config/finetune.yaml``; the rest to their
-    table default (an empty ``policy`` is resolved by the plan, for the rate).
-    """
-    if a.name == 'params_file':
-        return str(default_params_file())
-    return a.default
-
-
 def help_requested(argv: list[str], doc: str | None, table: tuple[Param, ...]) -> bool:
     """Print ``doc`` and the option table if ``-h``/``--help`` is in ``argv``; say whether."""
     if not any(a in ('-h', '--help') for a in argv):
@@ -282,39 +264,81 @@ def help_requested(argv: list[str], doc: str | None, table: tuple[Param, ...]) -
 def arguments_help(skip: tuple[str, ...] = (), defaults: dict[str, str] | None = None) -> str:
     """The launch arguments, one per line, for the runners' ``--help``."""
     defaults = defaults or {}
+
+    def shown(a: LaunchArgument) -> str:
+        if a.name in defaults:
+            return f'default {defaults[a.name]!r}'
+        if a.kind is not None:
+            return f'default {a.default!r}'
+        return f'not given: the params file\'s, else {a.param().default!r}'
+
     return 'arguments (name:=value):\n' + '\n'.join(
-        f'  {a.name:16s} {a.description} (default {defaults.get(a.name, a.default)!r})'
-        for a in LAUNCH_ARGUMENTS
-        if a.name not in skip
+        f'  {a.name:16s} {a.description} ({shown(a)})' for a in LAUNCH_ARGUMENTS if a.name not in skip
     )
 
 
-def launch_values(args: dict[str, str]) -> dict[str, Any]:
-    """Every launch argument's value, typed: the given text converted, else the default.
+def given_arguments(args: dict[str, str]) -> dict[str, str]:
+    """The arguments the user typed with a value; unknown names refused.
 
-    :raises ValueError: an unknown argument, or a value its type or range refuses, naming the
-        argument, the value and what is accepted.
+    An empty value counts as not given, as in the launch file, whose arguments default to
+    empty: ``ros2 launch`` cannot tell a default from a typed value otherwise.
     """
     for name in args:
         if name not in LAUNCH_ARGUMENT_BY_NAME:
             raise unknown_name(name, LAUNCH_ARGUMENT_BY_NAME, 'argument')
-    return {a.name: a.convert(args.get(a.name, launch_default(a))) for a in LAUNCH_ARGUMENTS}
+    return {k: v for k, v in args.items() if str(v) != ''}
+
+
+def launch_values(args: dict[str, str]) -> dict[str, Any]:
+    """The arguments that choose files and processes, typed (the given text, else the default).
+
+    :raises ValueError: an unknown argument, or a value its type or range refuses, naming the
+        argument, the value and what is accepted.
+    """
+    given = given_arguments(args)
+    out = {
+        a.name: a.convert(given.get(a.name, a.kind.default))
+        for a in LAUNCH_ARGUMENTS
+        if a.kind is not None
+    }
+    if out['rig_firmware'] not in FIRMWARES:
+        raise ValueError(
+            f'rig_firmware:={out["rig_firmware"]}: expected one of {", ".join(FIRMWARES)}'
+        )
+    return out
 
 
 def node_parameters(args: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """Parameters of each node, typed: the params file, then the launch arguments over it.
+    """Parameters of each node, typed: the table's defaults, the params file, the typed arguments.
 
-    Both are converted by the nodes' parameter tables, so ``rate_hz: 50`` in the file and
+    All three are converted by the nodes' parameter tables, so ``rate_hz: 50`` in the file and
     ``rate:=50`` on the command line are the double 50.0, and a name no node declares is
-    refused rather than silently ignored.
+    refused rather than silently ignored. An argument overrides the file only when typed.
 
     :param args: launch arguments given by the user, as text.
     :raises ValueError: naming the bad argument, file key or value.
     """
+    given = given_arguments(args)
+    values = launch_values(args)
+    out = {node: {p.name: p.default for p in table.values()} for node, table in NODE_TABLES.items()}
+    if values['params_file']:
+        for node, section in read_params_file(Path(values['params_file'])).items():
+            out[node].update(section)
+    for a in LAUNCH_ARGUMENTS:
+        if a.name in given and a.targets:
+            value = a.convert(given[a.name])
+            for node, param in a.targets:
+                out[node][param] = value
+    return out
+
+
+def read_params_file(path: Path) -> dict[str, dict[str, Any]]:
+    """Each node's section of a params file (``node: ros__parameters: {...}``), typed.
+
+    :raises ValueError: naming the file, and the key or value it cannot use.
+    """
     import yaml
 
-    values = launch_values(args)
-    path = Path(values['params_file'])
     try:
         doc = yaml.safe_load(path.read_text()) or {}
     except OSError as exc:
@@ -330,7 +354,4 @@ def node_parameters(args: dict[str, str]) -> dict[str, dict[str, Any]]:
         out[node] = convert_all(
             dict(given or {}), table.values(), f'{node} parameter', f'params_file:={path}: '
         )
-    for a in LAUNCH_ARGUMENTS:
-        for node, param in a.targets:
-            out[node][param] = values[a.name]
     return out

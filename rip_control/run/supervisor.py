@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from rip_control.run.params import Param, parse_options
+from rip_control.params import Param, parse_options
 from rip_control.signals import StopSignals
 
 OPTIONS = (

@@ -1,5 +1,11 @@
 """Every parameter of the package in one ROS-free table: name, type, default, range, text.
 
+The defaults are what the product ships: a bare ``ros2 run rip_control control_node`` and
+``make demo`` run the same values, and a params file holds only what a user changes. The
+config dataclasses (:class:`~rip_control.rig.env.TaskConfig`,
+:class:`~rip_control.rt.loop.LoopConfig`, the nodes' settings, ``SacConfig``) are built from
+these tables by :class:`FromParams`; none of them restates a default.
+
 The nodes declare their parameters from :data:`CONTROL_PARAMETERS` and
 :data:`LEARNER_PARAMETERS` (:mod:`rip_control.ros.node_params` adds the ROS descriptors), and
 every entry point — the launch file, the runner, ``evaluate``, ``record``, the benchmarks,
@@ -11,11 +17,11 @@ INTEGER and the node would refuse it), keeps ``run_name:=2024`` a string, refuse
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 import difflib
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 DOUBLE, INTEGER, BOOL, STRING, INTEGER_ARRAY = 'double', 'integer', 'bool', 'string', 'integer[]'
 
@@ -213,6 +219,60 @@ def _shown_default(p: Param) -> str:
     return repr(p.default) if isinstance(p.default, str) else str(p.default)
 
 
+def defaults(table: Iterable[Param]) -> dict[str, Any]:
+    """``{name: default}`` of a table: what the product ships."""
+    return {p.name: p.default for p in table}
+
+
+@dataclass(frozen=True)
+class From:
+    """Where a config field's value comes from: one parameter, scaled or cast.
+
+    :param param: the parameter's name in the node's table.
+    :param scale: multiplies a number (``1e-3`` makes a ``_ms`` parameter a ``_s`` field).
+    :param cast: applied last (``tuple`` for a list parameter held as a tuple).
+    """
+
+    param: str
+    scale: float | None = None
+    cast: Callable[[Any], Any] | None = None
+
+    def read(self, values: Mapping[str, Any]) -> Any:
+        """The field's value from the parameters' values."""
+        value = values[self.param]
+        if self.scale is not None:
+            value = value * self.scale
+        return self.cast(value) if self.cast is not None else value
+
+
+class FromParams:
+    """A frozen config dataclass built from a node's parameter table, and only from it.
+
+    The class names its table (``TABLE``) and, for each field a parameter sets, where it
+    comes from (``PARAMS``: field -> :class:`From`). The fields a parameter sets have no
+    default of their own: the table holds it, once. Fields that are not parameters (task
+    constants, the pacer's spin window) keep theirs.
+    """
+
+    TABLE: ClassVar[tuple[Param, ...]]
+    PARAMS: ClassVar[Mapping[str, From]]
+
+    @classmethod
+    def field_values(cls, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The fields ``PARAMS`` sets, from ``values`` over the table's defaults."""
+        merged = {**defaults(cls.TABLE), **dict(values or {})}
+        return {name: source.read(merged) for name, source in cls.PARAMS.items()}
+
+    @classmethod
+    def from_params(cls, values: Mapping[str, Any] | None = None, **fields: Any) -> Any:
+        """The config for ``values`` (parameter names; the table's defaults for the rest).
+
+        :param fields: field values set directly, over what the parameters give (tests).
+        :raises ValueError: from the class's own validation, naming the field.
+        """
+        return cls(**{**cls.field_values(values), **fields})
+
+
 # ---- the two nodes ------------------------------------------------------------------------
 
 CONTROL_PARAMETERS = (
@@ -240,7 +300,7 @@ CONTROL_PARAMETERS = (
     Param('episode_seconds', 6.0, 'policy time per episode, s', 0.02, 3600.0),
     Param(
         'episodes',
-        0,
+        10,
         'stop after this many training episodes, over every activation (guard evaluations not '
         'counted; 0: unlimited)',
         0,
@@ -254,7 +314,7 @@ CONTROL_PARAMETERS = (
     Param('stochastic_actions', True, 'sample actions (exploration)'),
     Param(
         'train_noise_scale',
-        1.0,
+        0.5,
         "multiplies the policy's standard deviation when a training episode samples an action "
         "(1: SAC's own sampling; 0: the mean action)",
         0.0,
@@ -262,7 +322,7 @@ CONTROL_PARAMETERS = (
     ),
     Param(
         'eval_every_episodes',
-        0,
+        2,
         'regression guard: a newer policy gets a deterministic evaluation episode after this '
         'many training episodes and drives the rig only if it scores within eval_margin of the '
         'best evaluation (0: off, every new policy drives at once)',
@@ -278,7 +338,7 @@ CONTROL_PARAMETERS = (
     ),
     Param(
         'eval_best_margin',
-        0.0,
+        0.02,
         'regression guard: fraction of the best evaluation return a candidate must beat it by '
         'to become policy_best (one evaluation is noisy; 0: any higher return)',
         0.0,
@@ -286,7 +346,7 @@ CONTROL_PARAMETERS = (
     ),
     Param(
         'eval_balance_margin',
-        1.0,
+        0.25,
         'regression guard: fraction of the longest balance a promoted evaluation has shown that '
         "a candidate's may fall short by and still go live (1: no balance requirement)",
         0.0,
@@ -341,7 +401,7 @@ LEARNER_PARAMETERS = (
     Param('rate_hz', 50.0, 'control rate of the rigs, Hz (buffers are tagged)', 1.0, 1000.0),
     Param('gradient_steps', 4, 'K: SAC updates per received transition', 0, 1000),
     Param('batch_size', 256, 'SAC minibatch', 1, 65536),
-    Param('learning_starts', 500, 'stored transitions before the first update', 0, 10**9),
+    Param('learning_starts', 256, 'stored transitions before the first update', 0, 10**9),
     Param('hidden_sizes', [64, 64], 'actor and critic hidden layers'),
     Param('learning_rate', 3e-4, 'Adam learning rate', 1e-7, 1.0),
     Param('gamma', 0.99, 'discount', 0.0, 1.0),
@@ -351,14 +411,14 @@ LEARNER_PARAMETERS = (
     Param('max_chunk', 32, 'largest train() call, in gradient steps', 1, 10000),
     Param(
         'fast_updates',
-        False,
+        True,
         "SAC updates by rip_learner.fast_sac (SB3's train() mathematics with batched sampling, "
         'fused Adam and one Polyak kernel; same checkpoints): 1.2-1.4x updates/s measured on '
         '[64, 64]; the safeguards below need it',
     ),
     Param(
         'critic_warmup_updates',
-        0,
+        1000,
         'safeguard: the first this many updates train the critics only (the actor waits for a '
         'critic fitted to the rig)',
         0,
@@ -366,21 +426,21 @@ LEARNER_PARAMETERS = (
     ),
     Param(
         'prior_data',
-        '',
+        'auto',
         "safeguard: replay buffer file (same rate) mixed into every batch; 'auto': the "
         "prior_data.safetensors beside the policy, else the shipped policy's; empty: none",
     ),
     Param('prior_ratio', 0.5, 'safeguard: share of each batch drawn from prior_data', 0.0, 0.99),
     Param(
         'smoothness',
-        0.0,
+        5.0,
         "safeguard: weight of the action-smoothness term |a(s) - a(s')|^2 in the actor loss",
         0.0,
         1000.0,
     ),
     Param(
         'smoothness_reference',
-        'none',
+        'initial',
         "'initial': the smoothness term penalises only chatter beyond that of the actor the "
         "learner starts from (the policy, or a resumed run's networks) on the same states: it "
         "may not grow, and is not pushed below where it started; 'none': all of it (CAPS)",

@@ -31,10 +31,13 @@ setup(
         'console_scripts': [
             'control_node = rip_control.ros.control_node:main',
             'learner_node = rip_learner.learner_node:main',
-            'finetune = rip_control.run.finetune:main',
-            'rig_emulator = rip_control.rig.emulator:main',
-            'rig_check = rip_control.rig.check:main',
+            'finetune = rip_control.finetune:main',
             'finetune_supervisor = rip_control.run.supervisor:main',
+            'evaluate = rip_control.evaluate:main',
+            'record = rip_control.record:main',
+            'rig_emulator = rip_control.rig.emulator:main',
+            'rig_check = rip_control.rig_check:main',
+            'pretrain = rip_learner.pretrain:main',
         ],
     },
 )

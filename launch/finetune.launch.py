@@ -7,7 +7,7 @@ lifecycle node), one learner, and the supervisor (:mod:`rip_control.run.supervis
 All nodes read ``params_file`` (default: the installed ``config/finetune.yaml``) with the
 arguments over it, typed by the package's one parameter table (``rate:=50`` is the double
 50.0). The processes and their parameters come from ``rip_control.finetune.plan``, the same
-function ``python -m rip_control.run.finetune`` (the runner for machines without ``ros2 launch``)
+function ``python -m rip_control.finetune`` (the runner for machines without ``ros2 launch``)
 starts them from, so the two cannot drift; a bad argument is refused before any process starts.
 
 Order, event-driven: the control nodes and the supervisor start once every emulator has
@@ -35,8 +35,7 @@ from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackagePrefix
 
-from rip_control.run.finetune import plan
-from rip_control.run.launching import LAUNCH_ARGUMENTS, launch_default
+from rip_control.run.launching import LAUNCH_ARGUMENTS, plan
 
 
 def _typed(params):
@@ -152,7 +151,7 @@ def _actions(context):
 def generate_launch_description():
     """Declare the arguments; the processes follow from their values."""
     declared = [
-        DeclareLaunchArgument(a.name, default_value=launch_default(a), description=a.description)
+        DeclareLaunchArgument(a.name, default_value=a.default, description=a.description)
         for a in LAUNCH_ARGUMENTS
     ]
     return LaunchDescription([*declared, OpaqueFunction(function=_actions)])

@@ -211,6 +211,15 @@ def options_help(table: tuple[Param, ...]) -> str:
     )
 
 
+def help_requested(argv: list[str], doc: str | None, table: tuple[Param, ...]) -> bool:
+    """Print ``doc`` and the option table if ``-h``/``--help`` is in ``argv``; say whether."""
+    if not any(a in ('-h', '--help') for a in argv):
+        return False
+    print(doc)
+    print('options (name:=value):\n' + options_help(table))
+    return True
+
+
 def _shown_default(p: Param) -> str:
     if isinstance(p.default, bool):
         return str(p.default).lower()

@@ -1,11 +1,124 @@
-"""``python -m rip_control.record``, kept where users type it.
+"""Record the ``transitions`` topic into a rosbag2 bag, for machines without ``ros2 bag``.
 
-The code is in :mod:`rip_control.ros.record`.
+``python -m rip_control.record out:=runs/demo/transitions_bag rate:=50``
+
+Subscribes with the control node's QoS (reliable, volatile, depth 1000) and takes each
+message serialised, exactly as ``ros2 bag record /transitions`` would, into a standard rosbag2
+directory (MCAP storage, ``metadata.yaml``) with the rate in its ``custom_data``
+(:mod:`rip_control.ros.bags`). It stops on Ctrl-C / SIGTERM, after ``duration_s`` or after
+``max_messages``, and always closes the bag so ``metadata.yaml`` is written. The learner
+imports such bags with ``resume_bag:=PATH``; ``ros2 bag play`` replays them into a learner on
+a full ROS 2 install.
 """
 
-import sys
+from __future__ import annotations
 
-from rip_control.ros.record import main
+import os
+import sys
+import time
+from typing import Any
+
+from rip_control.params import Param, help_requested, parse_options
+from rip_control.procs import ensure_loopback_dds
+from rip_control.signals import StopSignals
+
+OPTIONS = (
+    Param('out', 'transitions_bag', 'bag directory to create (must not exist)'),
+    Param(
+        'rate', 50.0, 'control rate of the recorded transitions, Hz (bag metadata)', 1.0, 1000.0
+    ),
+    Param('topic', '/transitions', 'topic to record'),
+    Param('duration_s', 0.0, 'stop after this long (0: until Ctrl-C)', 0.0, 1e9),
+    Param('max_messages', 0, 'stop after this many transitions (0: no limit)', 0, 10**12),
+)
+
+
+def record(
+    opts: dict[str, Any], stop: StopSignals, log: Any = print, ros_teardown: bool = True
+) -> int:
+    """Record until ``stop`` is requested (or the limits); return the messages written.
+
+    ``stop`` is installed by the caller before anything else: a signal at any moment from
+    then on ends the loop (or skips it), and the bag is closed whatever the moment.
+
+    :param ros_teardown: destroy the executor and node and shut rclpy down after the bag is
+        closed. The command line skips it and ends the process instead: twice in full test
+        runs a recorder stopped a moment after it started died in that teardown (SIGSEGV,
+        inside rclpy/DDS), after its bag was closed; nothing of the recorder needs it.
+    """
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+    from std_msgs.msg import Float32MultiArray
+
+    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+    from rip_control.ros.bags import BagWriter
+    from rip_control.ros.qos import TRANSITIONS_QOS
+
+    writer = BagWriter(opts['out'], opts['rate'], OBS_SIZE, ACTION_SIZE)
+    node = executor = None
+    try:
+        # No rclpy handlers: the loop below polls ``stop`` (rclpy's would shut the context
+        # down under the subscription).
+        rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
+        node = rclpy.create_node('rip_record')
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+
+        def on_message(data: bytes) -> None:
+            writer.write(data, time.time_ns())
+
+        sub = node.create_subscription(
+            Float32MultiArray, opts['topic'], on_message, TRANSITIONS_QOS, raw=True
+        )
+        log(f'recording {opts["topic"]} at {opts["rate"]:g} Hz into {opts["out"]} (Ctrl-C stops)')
+        matched = 0
+        start = time.monotonic()
+        last_note = start
+        while not stop.requested:
+            executor.spin_once(timeout_sec=0.1)
+            count = sub.get_publisher_count()
+            if count != matched:
+                matched = count
+                log(f'{matched} publisher(s) matched on {opts["topic"]}')
+            now = time.monotonic()
+            if opts['duration_s'] and now - start >= opts['duration_s']:
+                break
+            if opts['max_messages'] and writer.count >= opts['max_messages']:
+                break
+            if now - last_note >= 5.0:
+                log(f'{writer.count} transitions recorded')
+                last_note = now
+    finally:
+        writer.close()
+        log(f'closed {opts["out"]}: {writer.count} transitions')
+        if ros_teardown:
+            if executor is not None:
+                executor.shutdown()
+            if node is not None:
+                node.destroy_node()
+            rclpy.try_shutdown()
+    return writer.count
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``name:=value`` options (see ``--help``). Exit 0 after a signal too."""
+    stop = StopSignals().install()  # first: a signal from here on ends in a closed bag
+    argv = sys.argv[1:] if argv is None else argv
+    if help_requested(argv, __doc__, OPTIONS):
+        return 0
+    try:
+        opts = parse_options(argv, OPTIONS)
+        ensure_loopback_dds()
+        record(opts, stop, log=lambda line: print(line, flush=True), ros_teardown=False)
+    except (ValueError, FileExistsError) as exc:
+        print(f'record: {exc}', file=sys.stderr)
+        return 2
+    # The bag is closed and said so: end here, without rclpy's teardown (see record()).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
 
 if __name__ == '__main__':
     sys.exit(main())

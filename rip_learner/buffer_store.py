@@ -24,10 +24,9 @@ import numpy as np
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
+from rip_control import run_files
 from rip_control.files import atomic_write_bytes
 from rip_control.policy import PolicyRejected, read_metadata
-
-BUFFER_FILE = 'replay_buffer.safetensors'  # in a run folder
 
 FORMAT = 'rip_replay_buffer'
 FORMAT_VERSION = '1'
@@ -193,7 +192,7 @@ def check_run_dir_is_free(run_dir: Path, resume_buffer: str) -> None:
     A second run under the same name must either continue the first (``resume_buffer`` set to
     that very file) or use another name; the earlier run's data is never replaced silently.
     """
-    existing = Path(run_dir) / BUFFER_FILE
+    existing = Path(run_dir) / run_files.BUFFER
     if not existing.exists():
         return
     if resume_buffer and Path(resume_buffer).resolve() == existing.resolve():

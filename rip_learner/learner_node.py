@@ -45,11 +45,7 @@ from rip_control.ros.qos import TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.transitions import TransitionRejected, check_period, unpack
 from rip_learner.buffer_store import RunFolderInUse, check_run_dir_is_free
 from rip_learner.learner_settings import LearnerConfigError, LearnerSettings
-from rip_learner.trainer import POLICY_FILE, Trainer
-
-__all__ = ['POLICY_FILE', 'LearnerConfigError', 'LearnerNode', 'LearnerSettings', 'main']
-
-PARAMETERS = LEARNER_PARAMETERS
+from rip_learner.trainer import Trainer
 
 
 class LearnerNode(Node):
@@ -62,7 +58,7 @@ class LearnerNode(Node):
 
     def __init__(self, node_name: str = 'rip_learner', **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        declare(self, PARAMETERS)
+        declare(self, LEARNER_PARAMETERS)
         self.settings = s = LearnerSettings.from_node(self)
         try:
             check_run_dir_is_free(s.run_dir, s.resume_buffer)

@@ -37,24 +37,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rip_control import run_files
 from rip_control.files import atomic_write_bytes
-from rip_control.params import Param
+from rip_control.params import Param, help_requested, parse_options
 from rip_control.policy import encode_actor
 from rip_control.rig.dynamics import PendulumParams
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE, SimRotaryInvertedPendulumEnv, TaskConfig
 from rip_control.run.evaluation import EpisodeMetrics, episode_metrics, summarize
-from rip_control.run.launching import help_requested, parse_options
-from rip_learner.sac import (
-    CHECKPOINT_FILE,
-    PRIOR_DATA_FILE,
-    SacConfig,
-    actor_meta,
-    actor_tensors,
-    encode_checkpoint,
-    sac_state,
-)
-
-POLICY_FILE = 'policy.safetensors'
+from rip_learner.sac import SacConfig, actor_meta, actor_tensors, encode_checkpoint, sac_state
 
 OPTIONS = (
     Param('rate', 50.0, 'design control rate, Hz (the policy is tagged with it)', 1.0, 1000.0),
@@ -361,9 +351,9 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
             'domain_randomization': opts['randomization'] if randomization else 'off',
         }
         actor = encode_actor(actor_meta(cfg, version, rate), actor_tensors(model), extra)
-        atomic_write_bytes(out / POLICY_FILE, actor)
+        atomic_write_bytes(out / run_files.POLICY, actor)
         atomic_write_bytes(
-            out / CHECKPOINT_FILE, encode_checkpoint(sac_state(model), version, rate)
+            out / run_files.CHECKPOINT, encode_checkpoint(sac_state(model), version, rate)
         )
         best.update(
             score=score,
@@ -474,11 +464,15 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
         'curriculum': asdict(curriculum),
         'task': asdict(task),
         'curve': rows,
-        'policy': str(out / POLICY_FILE),
+        'policy': str(out / run_files.POLICY),
     }
     if opts['prior_data_size']:
         summary['prior_data'] = save_prior_data(
-            model.replay_buffer, out / PRIOR_DATA_FILE, opts['prior_data_size'], rate, opts['seed']
+            model.replay_buffer,
+            out / run_files.PRIOR_DATA,
+            opts['prior_data_size'],
+            rate,
+            opts['seed'],
         )
     atomic_write_bytes(out / 'pretrain.json', json.dumps(summary, indent=1).encode())
     if rows:
@@ -487,7 +481,7 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
         f'done in {elapsed:.0f} s ({model.num_timesteps} steps, stopped by {stopped_by}); '
         f'best at step {best.get("step")}: balance nominal '
         f'{best["nominal"]["longest_balance_s"]["mean"]:.1f} s, randomised '
-        f'{best["randomised"]["longest_balance_s"]["mean"]:.1f} s -> {out / POLICY_FILE}'
+        f'{best["randomised"]["longest_balance_s"]["mean"]:.1f} s -> {out / run_files.POLICY}'
     )
     return summary
 

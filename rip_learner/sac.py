@@ -17,13 +17,12 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from rip_control import run_files
 from rip_control.params import LEARNER_PARAMETERS, From, FromParams, Param
 from rip_control.policy import PolicyMeta, read_metadata
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 
-CHECKPOINT_FILE = 'sac_checkpoint.safetensors'
 """The SAC networks' file; saved beside a policy, it travels with it (critics included)."""
-PRIOR_DATA_FILE = 'prior_data.safetensors'
 """A sample of the pre-training replay buffer, beside the policy (``prior_data:=auto``)."""
 DEVICES = ('auto', 'cpu', 'cuda')
 
@@ -247,7 +246,7 @@ def load_initial_networks(model: Any, actor: Any, policy_path: str, rate_hz: flo
     """
     from pathlib import Path
 
-    ckpt = Path(policy_path).with_name(CHECKPOINT_FILE)
+    ckpt = Path(policy_path).with_name(run_files.CHECKPOINT)
     if ckpt.exists():
         load_checkpoint(model, ckpt.read_bytes(), rate_hz, str(ckpt))
     load_actor_into(model, actor.tensors)

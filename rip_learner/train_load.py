@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any
 
+from rip_control import run_files
 from rip_learner.fast_sac import FastSacUpdate
 from rip_learner.sac import SacConfig, build_sac, prefill_random
 
@@ -30,11 +31,11 @@ SHIPPED_SMOOTHNESS = 5.0
 
 def shipped_update(model: Any) -> FastSacUpdate:
     """fast_sac's update as config/finetune.yaml runs it, on the shipped 50 Hz prior data."""
-    from rip_control.run.launching import packaged_policy
+    from rip_control.run_files import packaged_policy
     from rip_learner import buffer_store
-    from rip_learner.sac import ACTION_SIZE, OBS_SIZE, PRIOR_DATA_FILE
+    from rip_learner.sac import ACTION_SIZE, OBS_SIZE
 
-    path = packaged_policy(50.0).with_name(PRIOR_DATA_FILE)
+    path = packaged_policy(50.0).with_name(run_files.PRIOR_DATA)
     arrays, _ = buffer_store.load(path, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
     return FastSacUpdate(
         model,

@@ -21,18 +21,17 @@ from typing import Any
 
 import numpy as np
 
+from rip_control import run_files
 from rip_control.files import atomic_write_bytes
 from rip_control.policy import PolicyRejected, encode_actor, load_actor_file
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.ros.bags import BagRejected, read_transitions
 from rip_control.transitions import Transition
 from rip_learner import buffer_store
-from rip_learner.buffer_store import BUFFER_FILE, BufferMeta, BufferRejected
+from rip_learner.buffer_store import BufferMeta, BufferRejected
 from rip_learner.fast_sac import FastSacUpdate
 from rip_learner.learner_settings import LearnerConfigError, LearnerSettings
 from rip_learner.sac import (
-    CHECKPOINT_FILE,
-    PRIOR_DATA_FILE,
     actor_meta,
     actor_tensors,
     build_sac,
@@ -41,8 +40,6 @@ from rip_learner.sac import (
     load_initial_networks,
     sac_state,
 )
-
-POLICY_FILE = 'policy_latest.safetensors'
 
 
 def copy_state(state: dict[str, Any]) -> dict[str, Any]:
@@ -137,12 +134,12 @@ class Trainer:
         s = self.s
         if s.prior_data != 'auto':
             return Path(s.prior_data) if s.prior_data else None
-        from rip_control.run.launching import packaged_policy
+        from rip_control.run_files import packaged_policy
 
         for near in (s.policy, str(packaged_policy(s.rate_hz))):
-            if near and (Path(near).with_name(PRIOR_DATA_FILE)).exists():
-                return Path(near).with_name(PRIOR_DATA_FILE)
-        self._say(f'prior_data:=auto: no {PRIOR_DATA_FILE} beside {s.policy or "the policy"}')
+            if near and (Path(near).with_name(run_files.PRIOR_DATA)).exists():
+                return Path(near).with_name(run_files.PRIOR_DATA)
+        self._say(f'prior_data:=auto: no {run_files.PRIOR_DATA} beside {s.policy or "the policy"}')
         return None
 
     def resume(self) -> None:
@@ -160,7 +157,7 @@ class Trainer:
         self.added = self.resumed = n
         self.version = max(self.version, meta.policy_version)
         note = ''
-        ckpt = Path(s.resume_buffer).with_name(CHECKPOINT_FILE)
+        ckpt = Path(s.resume_buffer).with_name(run_files.CHECKPOINT)
         if ckpt.exists() and not s.policy:
             try:
                 load_checkpoint(self.model, ckpt.read_bytes(), s.rate_hz, str(ckpt))
@@ -353,10 +350,10 @@ class Trainer:
             state = sac_state(self.model)
             actor = self.actor_bytes()
         meta = BufferMeta(s.rate_hz, OBS_SIZE, ACTION_SIZE, len(arrays['rewards']), self.version)
-        buffer_store.save(s.run_dir / BUFFER_FILE, arrays, meta)
-        atomic_write_bytes(s.run_dir / POLICY_FILE, actor)
+        buffer_store.save(s.run_dir / run_files.BUFFER, arrays, meta)
+        atomic_write_bytes(s.run_dir / run_files.POLICY_LATEST, actor)
         atomic_write_bytes(
-            s.run_dir / CHECKPOINT_FILE, encode_checkpoint(state, self.version, s.rate_hz)
+            s.run_dir / run_files.CHECKPOINT, encode_checkpoint(state, self.version, s.rate_hz)
         )
         self.last_save_s = time.monotonic()
         self.last_checkpoint = time.strftime('%H:%M:%S')

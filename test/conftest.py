@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from rip_control.rig.emulator_process import EmulatorProcess, stop_process
+from rip_control.procs import stop_process
+from rip_control.rig.emulator_process import EmulatorProcess
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -199,14 +200,51 @@ class ControlRig:
         return None if first is None else first[0]
 
 
+# What the tests relax against the shipped defaults (rip_control/params.py), and why.
+CONTROL_TEST_PARAMETERS = {
+    'allow_random_policy': True,
+    'episode_seconds': 1.0,
+    'episodes': 0,  # until the test stops it
+    'max_action_v': 1.0,  # a random policy at 1 V keeps the arm inside its limits
+    # Strikes count from 20 ms, not the 5 ms default: on a shared CI VM even the bare pacer
+    # process wakes up to ~20 ms late now and then (bench timing's floor), and a trip would
+    # end a test about something else. The 3-strike rule's own tests (and the benchmarks)
+    # run with the 5 ms contract.
+    'timing_violation_threshold_ms': 20.0,
+    # And five in a row, strikes or failed serial ticks, not three: a VM whose host takes its
+    # CPUs away for a while (steal time) may make both now and then, and a CI run saw four
+    # nodes trip on serial timeouts within a second of activating. Five failed ticks are
+    # 100 ms, the firmware deadman's timeout: a test that needs the node's own disengage
+    # after a serial trip, or that is about the 3-in-a-row rules, sets 3 (the default).
+    'max_strikes': 5,
+    'max_serial_errors': 5,
+    # The regression guard and the narrowed sampling are the subject of their own tests.
+    'eval_every_episodes': 0,
+    'train_noise_scale': 1.0,
+}
+LEARNER_TEST_PARAMETERS = {
+    'rate_hz': 50.0,
+    'learning_starts': 32,
+    'batch_size': 32,
+    'checkpoint_every_s': 3600.0,
+    'nice': 0,
+    # SB3's own update, without the safeguards (they have tests of their own).
+    'fast_updates': False,
+    'critic_warmup_updates': 0,
+    'prior_data': '',
+    'smoothness': 0.0,
+    'smoothness_reference': 'none',
+}
+
+
 @pytest.fixture
 def control_rig(ros_node, start_emulator, tmp_path):
-    """Factory: emulator + ``rip_control.control_node`` with parameters; stopped at teardown."""
+    """Factory: emulator + control node (``ProcessSpec``, as the runner); stopped at teardown."""
     import subprocess
-    import sys
 
-    from rip_control.rig.emulator_process import child_env
+    from rip_control.procs import child_env
     from rip_control.ros.lifecycle_driver import LifecycleDriver
+    from rip_control.run.launching import ProcessSpec
 
     rigs = []
 
@@ -215,49 +253,23 @@ def control_rig(ros_node, start_emulator, tmp_path):
         name = name or f'rip_control_{os.getpid()}_{next(_rig_counter)}'
         emu = start_emulator('--events', *emulator_args, name=f'rig_{name}')
         run_dir = tmp_path / 'runs'
-        defaults = {
+        given = {
+            **CONTROL_TEST_PARAMETERS,
             'serial_port': str(emu.link),
-            'allow_random_policy': True,
-            'episode_seconds': 1.0,
-            'max_action_v': 1.0,  # a random policy at 1 V keeps the arm inside its limits
-            # Strikes count from 20 ms, not the 5 ms default: on a shared CI VM even the bare
-            # pacer process wakes up to ~20 ms late now and then (bench timing's floor), and
-            # a trip would end a test about something else. The 3-strike rule's own tests
-            # (and the benchmarks) run with the 5 ms contract.
-            'timing_violation_threshold_ms': 20.0,
-            # And five in a row, strikes or failed serial ticks, not three: a VM whose host
-            # takes its CPUs away for a while (steal time) may make both now and then, and a
-            # CI run saw four nodes trip on serial timeouts within a second of activating.
-            # Five failed ticks are 100 ms, the firmware deadman's timeout: a test that needs
-            # the node's own disengage after a serial trip, or that is about the 3-in-a-row
-            # rules, sets 3 (the default).
-            'max_strikes': 5,
-            'max_serial_errors': 5,
             'run_name': name,
             'runs_dir': str(run_dir),
+            **params,
         }
-        defaults.update(params)
-        args = [
-            sys.executable,
-            '-m',
-            'rip_control.control_node',
-            '--ros-args',
-            '-r',
-            f'__node:={name}',
-        ]
-        for key, value in defaults.items():
-            if isinstance(value, bool):
-                value = str(value).lower()
-            args += ['-p', f'{key}:={value}']
+        spec = ProcessSpec(name, 'control_node', name, params=given)
         # Its output goes to a file: a failing test can quote it while the node still runs.
         log_path = tmp_path / f'{name}.log'
         with open(log_path, 'w') as log:
             proc = subprocess.Popen(
-                args, env=child_env(), stdout=log, stderr=subprocess.STDOUT, text=True
+                spec.command(), env=child_env(), stdout=log, stderr=subprocess.STDOUT, text=True
             )
-        driver = LifecycleDriver(ros_node, f'/{name}')
+        driver = LifecycleDriver(ros_node, spec.fqn)
         assert driver.wait_for_services(15.0), 'control node lifecycle services never appeared'
-        rig = ControlRig(name, emu, proc, driver, run_dir / name, log_path, defaults)
+        rig = ControlRig(name, emu, proc, driver, run_dir / name, log_path, given)
         rigs.append(rig)
         return rig
 
@@ -271,24 +283,20 @@ def learner_process(tmp_path):
     """Factory: ``rip_learner.learner_node`` in its own process; all stopped at teardown."""
     import subprocess
 
-    from rip_control.rig.emulator_process import child_env
+    from rip_control.procs import child_env
     from rip_control.run.launching import ProcessSpec
 
     procs = []
 
     def _start(**params):
         name = f'rip_learner_{os.getpid()}_{next(_rig_counter)}'
-        defaults = {
-            'rate_hz': 50.0,
-            'learning_starts': 32,
-            'batch_size': 32,
+        given = {
+            **LEARNER_TEST_PARAMETERS,
             'run_name': 'learner',
             'runs_dir': str(tmp_path / 'runs'),
-            'checkpoint_every_s': 3600.0,
-            'nice': 0,
+            **params,
         }
-        defaults.update(params)
-        spec = ProcessSpec('learner', 'learner_node', name, params=defaults)
+        spec = ProcessSpec('learner', 'learner_node', name, params=given)
         proc = subprocess.Popen(
             spec.command(),
             env=child_env(),

@@ -64,7 +64,7 @@ def colcon_build(ws: Path) -> Path:
 
 def sourced_env(prefix: Path) -> dict[str, str]:
     """The environment after ``source install/setup.bash``: the installed package only."""
-    from rip_control.rig.emulator_process import child_env
+    from rip_control.procs import child_env
 
     site = next((prefix / 'lib').glob('python3*/site-packages'))
     return child_env(

@@ -27,7 +27,7 @@ from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 from std_msgs.msg import Float64MultiArray
 
-from rip_control.rig.emulator_process import child_env, stop_process
+from rip_control.procs import child_env, stop_process
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.ros.bags import BagRejected, BagWriter, read_transitions, serialize
 from rip_control.transitions import Transition, field_layout

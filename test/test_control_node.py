@@ -14,7 +14,7 @@ import rclpy
 from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
 from rip_control.policy import PolicyMeta, encode_actor, random_actor
-from rip_control.rig.emulator_process import stop_process
+from rip_control.procs import stop_process
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.ros.qos import TICK_QOS, WEIGHTS_QOS
 from rip_control.transitions import TransitionRejected, unpack
@@ -315,7 +315,7 @@ while time.monotonic() < end:
 def test_real_cpu_starvation_trips_the_watchdog_and_the_late_ticks_transitions_are_held_out(
     control_rig, ros_node, tmp_path
 ):
-    from rip_control.rig.emulator_process import child_env, die_with_parent
+    from rip_control.procs import child_env, die_with_parent
 
     cpu = max(os.sched_getaffinity(0))
     trace = tmp_path / 'ticks.npz'

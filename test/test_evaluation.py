@@ -96,8 +96,8 @@ def test_an_episode_cut_by_a_fault_and_run_again_is_measured_once() -> None:
     The recorder keeps the attempt that ended, not the two merged (which once read as an 11 s
     balance in a 10 s episode).
     """
+    from rip_control.evaluate import TransitionRecorder
     from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
-    from rip_control.run.evaluate import TransitionRecorder
     from rip_control.transitions import Transition
 
     def tick(step: int, phi: float, last: bool = False) -> Transition:

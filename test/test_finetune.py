@@ -15,8 +15,9 @@ import pytest
 import rclpy
 import yaml
 
+from rip_control import run_files
 from rip_control.policy import load_actor_file
-from rip_control.rig.emulator_process import child_env
+from rip_control.procs import child_env
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_learner import buffer_store
 
@@ -211,7 +212,6 @@ def test_learner_killed_mid_run_control_keeps_rate_on_the_last_policy_and_a_rest
 
     from rip_control.policy import decode_actor
     from rip_control.ros.qos import WEIGHTS_QOS
-    from rip_learner.sac import CHECKPOINT_FILE
 
     rig = control_rig(episode_seconds=2.0)  # strikes from 20 ms: see the control_rig fixture
     diag = _ControlDiag(ros_node, rig.name)
@@ -238,7 +238,7 @@ def test_learner_killed_mid_run_control_keeps_rate_on_the_last_policy_and_a_rest
     t_kill = time.monotonic()
     # What the dead learner left: its last checkpoint, which nothing changes now.
     _, saved = buffer_store.load(ckpt, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
-    saved_actor = _actor_in_checkpoint(load_file(run_dir / CHECKPOINT_FILE))
+    saved_actor = _actor_in_checkpoint(load_file(run_dir / run_files.CHECKPOINT))
     killed_at = len(diag.values)
     assert _spin_until(ros_node, lambda: len(diag.values) >= killed_at + 2, 5)
     # The weights the node acts on from here (one report's grace for a message in flight).

@@ -19,9 +19,9 @@ import sys
 
 import pytest
 
+from rip_control.procs import child_env
 from rip_control.rig.dynamics import FurutaDynamics, PendulumParams
 from rip_control.rig.emulator import build_arg_parser
-from rip_control.rig.emulator_process import child_env
 from rip_control.rig.host_firmware import FIRMWARE_DIR, command_line
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,7 +82,7 @@ def test_a_bad_rig_file_is_refused_by_name_before_the_c_firmware_starts(tmp_path
         [
             sys.executable,
             '-m',
-            'rip_control.rig_emulator',
+            'rip_control.rig.emulator',
             '--firmware',
             'c',
             '--params',
@@ -100,7 +100,7 @@ def test_a_bad_rig_file_is_refused_by_name_before_the_c_firmware_starts(tmp_path
 def test_a_missing_host_build_is_an_error_that_says_how_to_build_it(tmp_path):
     env = child_env({'RIP_FIRMWARE_HOST': str(tmp_path / 'nowhere')})
     out = subprocess.run(
-        [sys.executable, '-m', 'rip_control.rig_emulator', '--firmware', 'c'],
+        [sys.executable, '-m', 'rip_control.rig.emulator', '--firmware', 'c'],
         capture_output=True,
         text=True,
         env=env,

@@ -4,15 +4,15 @@ import ast
 from pathlib import Path
 
 import pytest
-import yaml
 
-from rip_control.run import finetune, launching
+from rip_control import run_files
+from rip_control.params import parse_args
+from rip_control.run import launching
 from rip_control.run.launching import (
     CONTROL,
     LAUNCH_ARGUMENTS,
     LEARNER,
     node_parameters,
-    param_text,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,7 +61,7 @@ def _launch_executables():
 
 def test_runner_plan_has_the_launch_files_executables_and_parameters():
     args = {'rate': '50', 'episodes': '3', 'gradient_steps': '2', 'run_name': '2024'}
-    specs, _ = finetune.plan(args, pid=1)
+    specs, _ = launching.plan(args, pid=1)
     # The launch file starts the plan's executables, and the supervisor that drives them.
     assert {s.executable for s in specs} | {'finetune_supervisor'} == _launch_executables()
     by = {s.label: s for s in specs}
@@ -76,7 +76,7 @@ def test_runner_plan_has_the_launch_files_executables_and_parameters():
     assert by['learner'].params['gradient_steps'] == 2
     assert by['control'].params['serial_port'] == '/tmp/rip_rig_1'  # the emulator's link
     # An empty policy is the one shipped for the rate.
-    assert by['control'].params['policy'] == str(launching.packaged_policy(50.0))
+    assert by['control'].params['policy'] == str(run_files.packaged_policy(50.0))
     cmd = by['control'].command()
     assert '-p' in cmd and 'rate_hz:=50.0' in cmd and 'episodes:=3' in cmd
     assert "run_name:='2024'" in cmd  # quoted: rcl would read a bare 2024 as an integer
@@ -106,14 +106,35 @@ def test_a_params_file_is_typed_by_the_table_and_unknown_keys_are_refused(tmp_pa
         node_parameters({'params_file': str(path)})
 
 
-def test_yaml_and_launch_defaults_agree():
-    doc = yaml.safe_load((REPO / 'config' / 'finetune.yaml').read_text())
-    for a in LAUNCH_ARGUMENTS:
-        for node, param in a.targets:
-            in_yaml = doc[node]['ros__parameters'][param]
-            assert param_text(a.convert(in_yaml)) == param_text(a.convert(a.default)), (
-                f'{a.name}: launch default {a.default!r} vs {node}.{param}={in_yaml!r}'
-            )
+def test_a_params_file_value_stands_unless_the_argument_is_typed(tmp_path):
+    path = tmp_path / 'mine.yaml'
+    path.write_text(
+        'rip_control:\n  ros__parameters:\n    episodes: 1\n    episode_seconds: 2.0\n'
+        '    serial_port: /dev/ttyACM0\n'
+        'rip_learner:\n  ros__parameters:\n    gradient_steps: 8\n'
+    )
+    given = {'params_file': str(path)}
+    params = node_parameters(given)
+    assert params[CONTROL]['episodes'] == 1 and params[CONTROL]['episode_seconds'] == 2.0
+    assert params[CONTROL]['serial_port'] == '/dev/ttyACM0'
+    assert params[LEARNER]['gradient_steps'] == 8
+    # Typed, an argument wins; typed empty (the launch file's "not given"), it does not.
+    params = node_parameters({**given, 'episodes': '3', 'gradient_steps': '', 'rate': '50'})
+    assert params[CONTROL]['episodes'] == 3 and params[LEARNER]['gradient_steps'] == 8
+    assert params[CONTROL]['rate_hz'] == params[LEARNER]['rate_hz'] == 50.0
+    # No file: the table's defaults, which are what the product ships.
+    from rip_control.params import CONTROL_PARAMETERS, LEARNER_PARAMETERS, defaults
+
+    assert node_parameters({}) == {
+        CONTROL: defaults(CONTROL_PARAMETERS),
+        LEARNER: defaults(LEARNER_PARAMETERS),
+    }
+
+
+def test_the_example_params_file_loads_and_names_only_declared_parameters():
+    example = REPO / 'config' / 'finetune.yaml'
+    params = node_parameters({'params_file': str(example)})
+    assert params[CONTROL]['rate_hz'] == params[LEARNER]['rate_hz'] == 50.0
 
 
 def test_unknown_or_malformed_arguments_are_refused_by_name():
@@ -124,25 +145,15 @@ def test_unknown_or_malformed_arguments_are_refused_by_name():
     with pytest.raises(ValueError, match=r'episodes:=2.5: expected an integer'):
         node_parameters({'episodes': '2.5'})
     with pytest.raises(ValueError, match='episodes=3'):
-        launching.parse_args(['episodes=3'])
-
-
-def test_every_node_parameter_of_the_yaml_is_declared_by_the_nodes():
-    from rip_control.ros.control_node import PARAMETERS as CONTROL_PARAMETERS
-    from rip_learner.learner_node import PARAMETERS
-
-    doc = yaml.safe_load((REPO / 'config' / 'finetune.yaml').read_text())
-    declared = {p.name for p in CONTROL_PARAMETERS}
-    assert set(doc[CONTROL]['ros__parameters']) <= declared
-    assert set(doc[LEARNER]['ros__parameters']) <= {p.name for p in PARAMETERS}
+        parse_args(['episodes=3'])
 
 
 def test_the_launch_file_builds_its_processes_from_the_runners_plan():
-    assert 'plan' in _launch_file_imports('rip_control.run.finetune')
+    assert 'plan' in _launch_file_imports('rip_control.run.launching')
 
 
 def test_a_plan_for_several_rigs_gives_each_its_namespace_emulator_and_folder():
-    specs, _ = finetune.plan({'rigs': '3', 'run_name': 'many'}, pid=7)
+    specs, _ = launching.plan({'rigs': '3', 'run_name': 'many'}, pid=7)
     controls = [s for s in specs if s.executable == 'control_node']
     emulators = [s for s in specs if s.executable == 'rig_emulator']
     assert [s.namespace for s in controls] == ['rig0', 'rig1', 'rig2']
@@ -161,6 +172,6 @@ def test_a_plan_for_several_rigs_gives_each_its_namespace_emulator_and_folder():
         assert '-r' in s.command() and 'transitions:=/transitions' in s.command()
     assert sum(s.executable == 'learner_node' for s in specs) == 1
     with pytest.raises(ValueError, match=r'serial_port lists 1 port\(s\) but rigs:=2'):
-        finetune.plan({'rigs': '2', 'serial_port': '/dev/ttyUSB0'})
+        launching.plan({'rigs': '2', 'serial_port': '/dev/ttyUSB0'})
     with pytest.raises(ValueError, match=r'rigs:=0: expected a value in \[1, 16\]'):
-        finetune.plan({'rigs': '0'})
+        launching.plan({'rigs': '0'})

@@ -15,7 +15,7 @@ from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import DescribeParameters, GetParameters, SetParameters
 import rclpy
 
-from rip_control.rig.emulator_process import child_env
+from rip_control.procs import child_env
 
 pytestmark = pytest.mark.ros
 
@@ -88,7 +88,7 @@ def test_a_live_parameter_set_outside_the_tables_range_is_refused(control_rig, r
 )
 def test_a_bad_value_given_to_a_node_by_hand_is_named_and_exits_2(given, says):
     proc = subprocess.run(
-        [sys.executable, '-m', 'rip_control.control_node', '--ros-args', '-p', given],
+        [sys.executable, '-m', 'rip_control.ros.control_node', '--ros-args', '-p', given],
         env=child_env(),
         capture_output=True,
         text=True,

@@ -78,3 +78,59 @@ def test_options_are_parsed_typed_with_unknown_names_refused_with_a_suggestion()
         parse_options(['episode:=3'], table)
     with pytest.raises(ValueError, match="'episodes=3' is not name:=value"):
         parse_options(['episodes=3'], table)
+
+
+def _mapped(config_classes):
+    """``[(class, field, parameter)]`` of every field a parameter sets, nested configs too."""
+    import dataclasses
+
+    out = []
+    for cls in config_classes:
+        for name, source in cls.PARAMS.items():
+            out.append((cls, name, source.param))
+        # Every field without a default of its own is set by a parameter, or is a nested config.
+        for f in dataclasses.fields(cls):
+            no_default = (
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            )
+            if no_default and f.name not in cls.PARAMS:
+                assert f.name in ('task', 'loop', 'sac'), f'{cls.__name__}.{f.name} has no source'
+    return out
+
+
+@pytest.mark.parametrize('node', ['control', 'learner'])
+def test_every_parameter_sets_exactly_one_config_field_and_every_field_has_one(node):
+    from rip_control.params import CONTROL_PARAMETERS, LEARNER_PARAMETERS
+
+    if node == 'control':
+        from rip_control.rig.env import TaskConfig
+        from rip_control.ros.control_settings import NodeSettings
+        from rip_control.rt.loop import LoopConfig
+
+        table, classes = CONTROL_PARAMETERS, (TaskConfig, LoopConfig, NodeSettings)
+    else:
+        from rip_learner.learner_settings import LearnerSettings
+        from rip_learner.sac import SacConfig
+
+        table, classes = LEARNER_PARAMETERS, (SacConfig, LearnerSettings)
+    mapped = _mapped(classes)
+    params = [p for _, _, p in mapped]
+    assert sorted(params) == sorted(p.name for p in table)  # each parameter once, none left out
+    assert len({(c, f) for c, f, _ in mapped}) == len(mapped)
+
+
+def test_configs_built_from_the_table_carry_its_defaults_scaled_to_their_units():
+    from rip_control.params import CONTROL_PARAMETERS, LEARNER_PARAMETERS, defaults
+    from rip_control.ros.control_settings import NodeSettings
+    from rip_learner.learner_settings import LearnerSettings
+
+    control = defaults(CONTROL_PARAMETERS)
+    s = NodeSettings.from_params({'serial_port': '/dev/null'})
+    assert s.loop.hung_timeout_s == pytest.approx(control['hung_timeout_ms'] / 1e3)
+    assert s.loop.eval_every_episodes == control['eval_every_episodes']
+    assert s.task.rate_hz == control['rate_hz'] and s.serial_timeout_s == pytest.approx(0.01)
+    learner = LearnerSettings.from_params()
+    assert learner.sac.device == defaults(LEARNER_PARAMETERS)['device']
+    assert learner.dt_tolerance_s == pytest.approx(0.005)
+    with pytest.raises(ValueError, match='serial_port is empty'):
+        NodeSettings.from_params()

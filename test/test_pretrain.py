@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rip_control.params import parse_options
 from rip_control.policy import PolicyRejected, load_actor_file
 from rip_control.rig.dynamics import PendulumParams
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE, SimRotaryInvertedPendulumEnv, TaskConfig
-from rip_control.run.launching import parse_options
 from rip_learner import pretrain
 from rip_learner.pretrain import Curriculum, CurriculumEnv, Randomization
 

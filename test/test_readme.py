@@ -25,7 +25,7 @@ import pytest
 from ros2_cli import argv, colcon_build, require_launch, sourced_env
 
 from rip_control.policy import load_actor_file
-from rip_control.rig.emulator_process import child_env
+from rip_control.procs import child_env
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_learner import buffer_store
 
@@ -252,8 +252,8 @@ def test_the_readme_evaluate_variants_are_checked_before_anything_starts(tmp_pat
     (The evaluation itself runs in the test above; here the arguments, as the README spells
     them, go through the evaluation's own plan, without starting a process.)
     """
-    from rip_control.run.evaluate import DEFAULTS
-    from rip_control.run.finetune import plan
+    from rip_control.evaluate import DEFAULTS
+    from rip_control.finetune import plan
 
     words = shlex.split(
         'python -m rip_control.evaluate policy:=policies/sim_50hz/policy.safetensors episodes:=5 '
@@ -347,7 +347,7 @@ def test_bench_help_lists_every_benchmark():
 
 @pytest.mark.ros
 @pytest.mark.readme(
-    'python -m rip_control.control_node --ros-args -p serial_port:=/tmp/rip_rig '
+    'python -m rip_control.ros.control_node --ros-args -p serial_port:=/tmp/rip_rig '
     '-p policy:=actor.safetensors'
 )
 def test_the_readme_control_node_command_configures(start_emulator, ros_node, tmp_path):
@@ -355,7 +355,7 @@ def test_the_readme_control_node_command_configures(start_emulator, ros_node, tm
 
     emu = start_emulator()
     cmd = (
-        'python -m rip_control.control_node --ros-args -p serial_port:=/tmp/rip_rig '
+        'python -m rip_control.ros.control_node --ros-args -p serial_port:=/tmp/rip_rig '
         '-p policy:=actor.safetensors'
     )
     cmd = cmd.replace('/tmp/rip_rig', str(emu.link)).replace('actor.safetensors', str(POLICY))
@@ -430,12 +430,12 @@ def test_the_readme_learner_commands_start_and_stop_on_ctrl_c(command, request, 
 
 
 @pytest.mark.readme(
-    'python -m rip_control.rig_emulator --link /tmp/rip_rig --params config/rig_qube_servo2.yaml'
+    'python -m rip_control.rig.emulator --link /tmp/rip_rig --params config/rig_qube_servo2.yaml'
 )
 def test_the_readme_emulator_command_serves_and_stops(tmp_path):
     link = tmp_path / 'rig'
     cmd = (
-        'python -m rip_control.rig_emulator --link /tmp/rip_rig '
+        'python -m rip_control.rig.emulator --link /tmp/rip_rig '
         '--params config/rig_qube_servo2.yaml'
     )
     cmd = cmd.replace('/tmp/rip_rig', str(link))
@@ -525,13 +525,13 @@ def test_the_readme_commands_parse_with_the_readme_spelling():
 
 
 @pytest.mark.readme(
-    'python -m rip_control.rig_emulator --firmware c --link /tmp/rip_rig '
+    'python -m rip_control.rig.emulator --firmware c --link /tmp/rip_rig '
     '--params config/rig_shifted_worn.yaml'
 )
 def test_the_readme_c_firmware_command_serves_and_stops(tmp_path, host_firmware_built):
     link = tmp_path / 'rig'
     cmd = (
-        'python -m rip_control.rig_emulator --firmware c --link /tmp/rip_rig '
+        'python -m rip_control.rig.emulator --firmware c --link /tmp/rip_rig '
         '--params config/rig_shifted_worn.yaml'
     ).replace('/tmp/rip_rig', str(link))
     emu = Running(argv(cmd), REPO, child_env())

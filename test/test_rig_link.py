@@ -257,10 +257,10 @@ def test_the_emulator_serves_on_when_the_reader_of_its_output_dies(tmp_path, fir
     import subprocess
     import sys
 
-    from rip_control.rig.emulator_process import child_env
+    from rip_control.procs import child_env
 
     events, link = tmp_path / 'events', tmp_path / 'rig'
-    cmd = [sys.executable, '-m', 'rip_control.rig_emulator', '--link', str(link), '--events']
+    cmd = [sys.executable, '-m', 'rip_control.rig.emulator', '--link', str(link), '--events']
     cmd += ['--firmware', firmware]
     proc = subprocess.Popen(
         [*cmd, '--events-file', str(events)],

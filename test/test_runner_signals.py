@@ -16,7 +16,7 @@ import time
 from procs import processes_mentioning
 import pytest
 
-from rip_control.rig.emulator_process import child_env
+from rip_control.procs import child_env
 
 ANNOUNCED = "fine-tune 'sig"
 

@@ -21,7 +21,7 @@ import time
 from procs import processes_mentioning
 import pytest
 
-from rip_control.rig.emulator_process import child_env
+from rip_control.procs import child_env
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.signals import StopRequested, StopSignals
 
@@ -234,7 +234,7 @@ def _assert_clean(stopped: list[Stopped], code: int, announcement: str) -> None:
 def test_the_emulator_stops_with_the_device_gone_whenever_a_signal_comes(tmp_path):
     links = [tmp_path / f'rig{i}' for i in range(ROUNDS)]
     stopped = _signal_each_at_its_first_line(
-        [[sys.executable, '-m', 'rip_control.rig_emulator', '--link', str(link)] for link in links]
+        [[sys.executable, '-m', 'rip_control.rig.emulator', '--link', str(link)] for link in links]
     )
     _assert_clean(stopped, 0, 'READY ')
     for s, link in zip(stopped, links, strict=True):
@@ -269,7 +269,7 @@ def test_the_control_node_exits_0_whenever_a_signal_comes():
             [
                 sys.executable,
                 '-m',
-                'rip_control.control_node',
+                'rip_control.ros.control_node',
                 '--ros-args',
                 '-r',
                 f'__node:=rip_control_{tag}_{i}',

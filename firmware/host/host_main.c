@@ -1,7 +1,7 @@
 /*
  * host_main.c - the firmware core on a Linux host, behind a pseudo-terminal, driving a plant
  * simulated in C (plant.c). Started like the Python emulator (rip_control/rig/emulator.py),
- * normally through `python -m rip_control.rig_emulator --firmware c`, which reads the rig YAML
+ * normally through `python -m rip_control.rig.emulator --firmware c`, which reads the rig YAML
  * and passes each parameter as --param NAME=VALUE.
  *
  * The port mirrors a microcontroller: the main thread is the main loop (UART bytes into
@@ -723,7 +723,7 @@ static void parse_args(int argc, char **argv, const char **trace)
                    "  [--events-file PATH] [--drop-every N] [--garbage-every N]\n"
                    "  [--garbage-bytes N] [--stall-every N] [--stall-ms MS] [--freeze-after S]\n"
                    "  [--exit-after S] [--faults-after S] | --plant-trace TH,AL,TD,AD\n"
-                   "Normally started by: python -m rip_control.rig_emulator --firmware c\n");
+                   "Normally started by: python -m rip_control.rig.emulator --firmware c\n");
             exit(0);
         default: exit(2); /* getopt printed what was wrong */
         }

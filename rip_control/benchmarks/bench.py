@@ -34,9 +34,10 @@ import numpy as np
 
 from rip_control.benchmarks import serial_rt as bench_serial_rt
 from rip_control.files import atomic_write_bytes
-from rip_control.params import CONTROL_PARAMETERS, convert_all
-from rip_control.rig.emulator_process import EmulatorProcess, child_env, stop_process
-from rip_control.run.launching import ProcessSpec, ensure_loopback_dds, parse_args
+from rip_control.params import CONTROL_PARAMETERS, convert_all, parse_args
+from rip_control.procs import child_env, ensure_loopback_dds, stop_process
+from rip_control.rig.emulator_process import EmulatorProcess
+from rip_control.run.launching import ProcessSpec
 from rip_control.stats import cpu_times, overrun_causes, steal_fraction, tick_stats
 
 
@@ -410,7 +411,7 @@ def bench_sync_baseline(a: argparse.Namespace) -> dict[str, Any]:
 
 def bench_e2e(a: argparse.Namespace) -> dict[str, Any]:
     """V4: the full fine-tune through the standalone runner; our rate and the learner's."""
-    from rip_control.run import finetune
+    from rip_control import finetune
 
     workdir = Path(tempfile.mkdtemp(prefix='rip_e2e_'))
     args = {

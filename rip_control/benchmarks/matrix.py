@@ -122,7 +122,7 @@ def check(
 
 def bench_matrix(a: argparse.Namespace) -> dict[str, Any]:
     """Run every (rig, seed); the JSON document."""
-    from rip_control.run import finetune
+    from rip_control import finetune
 
     runs = Path(a.runs_dir) if a.runs_dir else Path(tempfile.mkdtemp(prefix='rip_matrix_'))
     floors = {k: float(v) for k, _, v in (x.partition('=') for x in a.min_balance)}

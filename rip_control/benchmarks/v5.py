@@ -3,10 +3,10 @@
 ``python -m rip_control.benchmarks.bench v5 --rig config/rig_shifted_heavy.yaml --json PATH``
 
 (a) the simulation-only policy deployed on the shifted rig; (b) the same policy after the
-asynchronous fine-tune (:mod:`rip_control.run.finetune`: learner in its own process, the control
+asynchronous fine-tune (:mod:`rip_control.finetune`: learner in its own process, the control
 loop at the exact rate); (c) the same fine-tune done synchronously
 (:mod:`rip_learner.sync_finetune`: SB3 ``learn()`` with a self-pacing env whose real rate
-stretches), deployed at the configured rate. Each is evaluated by :mod:`rip_control.run.evaluate`
+stretches), deployed at the configured rate. Each is evaluated by :mod:`rip_control.evaluate`
 (deterministic, no learning) on the same rig, and the plots a user wants are written next to
 the JSON: balance-window histogram per policy, the fine-tunes' tick-interval histograms, and
 the learning curve across pre-training and fine-tuning.
@@ -120,7 +120,7 @@ def deploy(a: argparse.Namespace, rig: str, policy: str, runs: Path, run_name: s
 
     :raises RuntimeError: the evaluation failed, with the reason.
     """
-    from rip_control.run.evaluate import evaluate
+    from rip_control.evaluate import evaluate
 
     print(f'-- evaluating {run_name}: {policy} on {rig}', flush=True)
     report = evaluate(
@@ -146,7 +146,7 @@ def _evaluate(a: argparse.Namespace, policy: str, runs: Path, name: str) -> dict
 
 def bench_v5(a: argparse.Namespace) -> dict[str, Any]:
     """Run (a), (b), (c) and their evaluations; write the plots."""
-    from rip_control.run import finetune
+    from rip_control import finetune
     from rip_learner.sync_finetune import sync_finetune
 
     runs = Path(a.runs_dir) if a.runs_dir else Path(tempfile.mkdtemp(prefix='rip_v5_'))
@@ -285,9 +285,9 @@ def sac_config(lp: dict[str, Any]) -> Any:
 
 def safeguards(lp: dict[str, Any], policy: str, rate_hz: float) -> dict[str, Any]:
     """The learner's update and safeguards from its parameter section, for the sync arm."""
-    from rip_control.run.launching import packaged_policy
+    from rip_control.run_files import PRIOR_DATA as PRIOR_DATA_FILE
+    from rip_control.run_files import packaged_policy
     from rip_learner import buffer_store
-    from rip_learner.sac import PRIOR_DATA_FILE
 
     prior = None
     path = str(lp.get('prior_data') or '')

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-import os
 from pathlib import Path
 import selectors
 import signal
@@ -13,61 +10,7 @@ import sys
 import threading
 import time
 
-_PACKAGE_ROOT = Path(__file__).resolve().parents[2]
-
-
-def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for a child Python process that must import this package from source."""
-    env = dict(os.environ)
-    paths = [str(_PACKAGE_ROOT)] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
-    env['PYTHONPATH'] = os.pathsep.join(dict.fromkeys(paths))
-    env.setdefault('PYTHONUNBUFFERED', '1')
-    env.update(extra or {})
-    return env
-
-
-@contextmanager
-def signals_blocked() -> Iterator[None]:
-    """SIGINT and SIGTERM held back while a child is forked, delivered right after.
-
-    Python drops an exception that a signal handler raises inside an at-fork hook of
-    ``subprocess.Popen`` ("Exception ignored"), so a Ctrl-C landing there would be lost.
-    The child unblocks them again (:func:`die_with_parent`).
-    """
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def die_with_parent() -> None:
-    """``preexec_fn``: the child gets SIGTERM if the process that started it dies (Linux).
-
-    A runner killed with SIGKILL then still stops its control node (which disengages on
-    SIGTERM), its learner (which saves) and its emulator, instead of leaving orphans. It also
-    unblocks SIGINT and SIGTERM, which :func:`signals_blocked` held back in the parent.
-    """
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the parent's own stop path remains
-        pass
-
-
-def stop_process(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout_s: float = 15.0) -> int:
-    """Signal a child (SIGINT: its clean exit path), wait bounded, kill if it hangs; its status."""
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    return int(proc.returncode)
+from rip_control.procs import child_env, die_with_parent, signals_blocked
 
 
 class EmulatorProcess:

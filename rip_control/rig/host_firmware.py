@@ -1,4 +1,4 @@
-"""The C firmware on the host: ``python -m rip_control.rig_emulator --firmware c``.
+"""The C firmware on the host: ``python -m rip_control.rig.emulator --firmware c``.
 
 ``firmware/`` holds the rig firmware in portable C (``docs/serial_protocol.md``) and a host
 build of it (``firmware/build/host/rip_fw_host``) that serves the protocol behind a

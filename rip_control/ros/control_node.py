@@ -71,7 +71,6 @@ from rip_control.rt.loop import EpisodeSummary
 from rip_control.rt.realtime import is_fifo, set_fifo
 from rip_control.transitions import field_layout
 
-PARAMETERS = CONTROL_PARAMETERS
 PUMP_PERIOD_S = 0.002
 PUMP_STALL_S = 0.02  # the pump itself late by this much: the host paused, not the loop
 STOP_REPLY_TIMEOUT_S = 2.0
@@ -86,7 +85,7 @@ class ControlNode(LifecycleNode):
 
     def __init__(self, node_name: str = 'rip_control', **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        declare(self, PARAMETERS)
+        declare(self, CONTROL_PARAMETERS)
         self._settings: NodeSettings | None = None
         self._rt: RtProcess | None = None
         # The rig confirmed the motor off and nothing engaged it since (configure or a

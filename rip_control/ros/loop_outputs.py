@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, MultiArrayDimension
 
+from rip_control import run_files
 from rip_control.files import atomic_write_bytes
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.ros.qos import TICK_QOS, TRANSITIONS_QOS
@@ -93,7 +94,7 @@ class LoopOutputs:
         self._last_tick_pub = 0.0
         self._tick_trace = tick_trace
         self._trace: list[tuple[float, float, float]] = []
-        self._csv: TimingCsv | None = TimingCsv(run_dir / 'timing.csv')
+        self._csv: TimingCsv | None = TimingCsv(run_dir / run_files.TIMING_CSV)
         self._learner_at_episode = learner_stats
         self.published = 0  # transitions published
         self.unsent = 0  # transitions that came after ROS shut down: counted, not published

@@ -13,10 +13,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rip_control import run_files
 from rip_control.files import atomic_write_bytes
 from rip_control.policy import PolicyRejected, decode_actor
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
-from rip_control.rt.gate import BEST_POLICY_FILE, rejection_reason
+from rip_control.rt.gate import rejection_reason
 from rip_control.rt.handle import RtProcess
 from rip_control.rt.loop import EpisodeSummary
 
@@ -77,16 +78,19 @@ class WeightsIntake:
             f'({ep.best_score:.2f}), balance reference {ep.balance_reference_s:.2f} s'
         )
         if ep.verdict != 'rejected' and ep.best_version == ep.policy_version:
-            best = run_dir / BEST_POLICY_FILE
+            best = run_dir / run_files.POLICY_BEST
             if ep.verdict == 'baseline' and best.exists():
                 # The starting policy measured: an earlier best of this run folder stays
                 # until a candidate beats this baseline.
                 return line + f'; {best} kept'
             data = self._recent.get(ep.policy_version)
             if data is None:
-                return line + f'; v{ep.policy_version} is no longer held, {BEST_POLICY_FILE} kept'
-            atomic_write_bytes(run_dir / BEST_POLICY_FILE, data)
-            line += f'; saved as {run_dir / BEST_POLICY_FILE}'
+                return (
+                    line
+                    + f'; v{ep.policy_version} is no longer held, {run_files.POLICY_BEST} kept'
+                )
+            atomic_write_bytes(run_dir / run_files.POLICY_BEST, data)
+            line += f'; saved as {run_dir / run_files.POLICY_BEST}'
         return line
 
     def take(self, data: bytes, rt: RtProcess, rate_hz: float) -> bool:

@@ -28,7 +28,6 @@ class VersionedActor(Protocol):
 
 A = TypeVar('A', bound=VersionedActor)
 
-BEST_POLICY_FILE = 'policy_best.safetensors'
 """The best-evaluated actor, in the run folder (the node writes it; ``policy:=auto`` takes it)."""
 VERDICTS = ('', 'baseline', 'promoted', 'rejected')
 """``verdict`` of an ``~/episode`` message is an index into this (0: a training episode)."""

@@ -21,8 +21,6 @@ heartbeat falls silent for ``node_timeout_s`` (a frozen node), or on SIGINT/SIGT
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 from dataclasses import asdict
 import gc
 import json
@@ -34,6 +32,7 @@ import time
 from typing import Any
 
 from rip_control.policy import NumpyActor
+from rip_control.procs import request_parent_death_signal
 from rip_control.rig.client import LowLevelClient, RigError
 from rip_control.rig.env import RealRotaryInvertedPendulumEnv, TaskConfig
 from rip_control.rt.channels import SharedMemory
@@ -378,8 +377,7 @@ class _EpisodeEvents(Outbox[EpisodeSummary]):
 
 def _die_with_parent(parent_pid: int) -> bool:
     """Ask for SIGTERM when the parent dies; ``False`` if it already has."""
-    libc = ctypes.CDLL(ctypes.util.find_library('c'), use_errno=True)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    request_parent_death_signal(signal.SIGTERM)
     return os.getppid() == parent_pid
 
 

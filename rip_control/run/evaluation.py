@@ -1,7 +1,7 @@
 """Deployment metrics of one episode: balance windows, swing-up time, action chatter, ticks.
 
 Pure functions of per-tick traces, shared by the rig evaluation
-(:mod:`rip_control.run.evaluate`), the simulator evaluation of pre-training
+(:mod:`rip_control.evaluate`), the simulator evaluation of pre-training
 (:mod:`rip_learner.pretrain`) and the V5 benchmark, so every number in the README is computed
 one way. Tick ``k`` of a trace is the state after the ``k``-th control period: ``phi[k]`` the
 pendulum angle from upright (rad), ``action[k]`` the action held during that period (in

@@ -2,7 +2,7 @@
 
 A :class:`ProcessSpec` is what a launch file's ``Node`` action says — executable, node name,
 namespace, parameters — turned into a ``python -m`` command for machines without
-``ros2 launch``. :mod:`rip_control.run.finetune` builds its plan from these, and a test compares
+``ros2 launch``. :mod:`rip_control.finetune` builds its plan from these, and a test compares
 that plan with ``launch/finetune.launch.py``.
 """
 
@@ -14,18 +14,15 @@ from pathlib import Path
 import sys
 from typing import Any
 
+from rip_control import run_files
 from rip_control.params import (
     CONTROL_PARAMETERS,
     LEARNER_PARAMETERS,
     Param,
     convert_all,
-    options_help,
-    parse_args,
-    parse_options,
     table_by_name,
     unknown_name,
 )
-from rip_control.rig.emulator_process import child_env
 
 # console_scripts entry point -> module (setup.py declares the same pairs)
 EXECUTABLES = {
@@ -101,23 +98,11 @@ def ensure_loopback_dds(default_domain: int | None = None) -> tuple[str, str]:
     return os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'], os.environ['ROS_DOMAIN_ID']
 
 
-__all__ = [
-    'EXECUTABLES',
-    'ProcessSpec',
-    'child_env',
-    'ensure_loopback_dds',
-    'options_help',
-    'param_text',
-    'parse_args',
-    'parse_options',
-]
-
-
 @dataclass(frozen=True)
 class LaunchArgument:
     """A launch argument, and the node parameters it sets when it is given.
 
-    ``launch/finetune.launch.py`` declares these, and :mod:`rip_control.run.finetune` accepts
+    ``launch/finetune.launch.py`` declares these, and :mod:`rip_control.finetune` accepts
     them as ``name:=value``. An argument that sets parameters (``targets``) overrides the
     params file only when it is typed: not given (or empty), the file's value stands, and
     without one the table's default. The others choose files and processes (``kind`` types
@@ -141,8 +126,10 @@ class LaunchArgument:
         """The launch file's default text: empty (not given) for an argument with targets."""
         if self.kind is None:
             return ''
-        return str(self.kind.default) if not isinstance(self.kind.default, bool) else (
-            str(self.kind.default).lower()
+        return (
+            str(self.kind.default)
+            if not isinstance(self.kind.default, bool)
+            else (str(self.kind.default).lower())
         )
 
     def convert(self, text: Any) -> Any:
@@ -233,32 +220,8 @@ LAUNCH_ARGUMENT_BY_NAME = {a.name: a for a in LAUNCH_ARGUMENTS}
 FIRMWARES = ('python', 'c')
 
 
-def packaged_policy(rate_hz: float) -> Path:
-    """Where the pre-trained policy for ``rate_hz`` ships: ``policies/sim_<rate>hz/``."""
-    name = f'sim_{rate_hz:g}hz'
-    here = Path(__file__).resolve().parents[2] / 'policies' / name / 'policy.safetensors'
-    if here.exists():
-        return here
-    try:
-        from ament_index_python.packages import get_package_share_directory
-
-        share = Path(get_package_share_directory('rip_control'))
-        return share / 'policies' / name / 'policy.safetensors'
-    except (ImportError, LookupError, OSError):  # not installed: the source tree's path
-        return here
-
-
 RIG_REMAPS = {'transitions': '/transitions', 'policy_weights': '/policy_weights'}
 """With several rigs, every control node publishes into and listens on the learner's topics."""
-
-
-def help_requested(argv: list[str], doc: str | None, table: tuple[Param, ...]) -> bool:
-    """Print ``doc`` and the option table if ``-h``/``--help`` is in ``argv``; say whether."""
-    if not any(a in ('-h', '--help') for a in argv):
-        return False
-    print(doc)
-    print('options (name:=value):\n' + options_help(table))
-    return True
 
 
 def arguments_help(skip: tuple[str, ...] = (), defaults: dict[str, str] | None = None) -> str:
@@ -270,10 +233,12 @@ def arguments_help(skip: tuple[str, ...] = (), defaults: dict[str, str] | None =
             return f'default {defaults[a.name]!r}'
         if a.kind is not None:
             return f'default {a.default!r}'
-        return f'not given: the params file\'s, else {a.param().default!r}'
+        return f"not given: the params file's, else {a.param().default!r}"
 
     return 'arguments (name:=value):\n' + '\n'.join(
-        f'  {a.name:16s} {a.description} ({shown(a)})' for a in LAUNCH_ARGUMENTS if a.name not in skip
+        f'  {a.name:16s} {a.description} ({shown(a)})'
+        for a in LAUNCH_ARGUMENTS
+        if a.name not in skip
     )
 
 
@@ -320,7 +285,9 @@ def node_parameters(args: dict[str, str]) -> dict[str, dict[str, Any]]:
     """
     given = given_arguments(args)
     values = launch_values(args)
-    out = {node: {p.name: p.default for p in table.values()} for node, table in NODE_TABLES.items()}
+    out = {
+        node: {p.name: p.default for p in table.values()} for node, table in NODE_TABLES.items()
+    }
     if values['params_file']:
         for node, section in read_params_file(Path(values['params_file'])).items():
             out[node].update(section)
@@ -355,3 +322,189 @@ def read_params_file(path: Path) -> dict[str, dict[str, Any]]:
             dict(given or {}), table.values(), f'{node} parameter', f'params_file:={path}: '
         )
     return out
+
+
+def plan(
+    args: dict[str, str], pid: int | None = None, learn: bool = True
+) -> tuple[list[ProcessSpec], dict[str, Any]]:
+    """The processes the fine-tune runs, with their parameters, as the launch file would.
+
+    :param learn: False plans a deployment (:mod:`rip_control.evaluate`): no learner, the
+        control node acting deterministically with the given policy and nothing else.
+    :returns: (process specs in start order, resolved argument values).
+    """
+    params = node_parameters(args)
+    values = launch_values(args)
+    rigs = int(values['rigs'])
+    specs = []
+    control, learner = params[CONTROL], params[LEARNER]
+    # What the run reports under: the control node's rate and run folder.
+    values.update(
+        rate=control['rate_hz'], run_name=control['run_name'], runs_dir=control['runs_dir']
+    )
+    ports = [x.strip() for x in str(control.get('serial_port') or '').split(',') if x.strip()]
+    if ports and len(ports) != rigs:
+        raise ValueError(f'serial_port lists {len(ports)} port(s) but rigs:={rigs}')
+    link = values['emulator_link']
+    if 'emulator_link' not in args and pid is not None:
+        link = f'/tmp/rip_rig_{pid}'  # one per runner: concurrent runs never share a rig
+    run_dir = Path(str(learner.get('runs_dir', 'runs'))) / str(learner['run_name'])
+    if learner.get('resume_buffer') == 'auto':
+        candidate = run_dir / run_files.BUFFER
+        learner['resume_buffer'] = str(candidate) if candidate.exists() else ''
+    rate_hz = float(control['rate_hz'])
+    if control.get('policy') == 'auto':
+        guarded = int(control.get('eval_every_episodes', 0)) > 0 and rigs == 1
+        control['policy'] = str(resolve_auto_policy(run_dir, rate_hz, guarded))
+    elif not control.get('policy') and not control.get('allow_random_policy'):
+        control['policy'] = str(shipped_policy(rate_hz))
+    learner['policy'] = control['policy']
+    preflight(control, learner, values, ports, learn)
+    if learn:  # refused here, before anything starts, as the learner itself would refuse it
+        from rip_learner.buffer_store import check_run_dir_is_free
+
+        check_run_dir_is_free(run_dir, str(learner.get('resume_buffer') or ''))
+    else:
+        control.update(stochastic_actions=False, allow_random_policy=False, eval_every_episodes=0)
+    controls = []
+    for i in range(rigs):
+        one = rigs == 1
+        rig = dict(control)
+        if ports:
+            rig['serial_port'] = ports[i]
+        else:
+            rig_link = link if one else f'{link}_{i}'
+            # --events: engage/disengage lines with their cause in the log; a grace so that,
+            # when a launch signals every process at once, the host's disengage comes first.
+            emu_args = ['--link', rig_link, '--events', '--stop-grace-ms', '500']
+            if values['rig_params']:
+                emu_args += ['--params', values['rig_params']]
+            if values['rig_firmware'] != 'python':
+                emu_args += ['--firmware', values['rig_firmware']]
+            label = 'emulator' if one else f'emulator{i}'
+            specs.append(ProcessSpec(label, 'rig_emulator', args=emu_args))
+            rig['serial_port'] = rig_link
+        if not one:
+            rig['run_name'] = f'{control["run_name"]}/rig{i}'
+            rig['seed'] = int(control.get('seed', 0)) + i  # exploration differs per rig
+            # Distinct FIFO priorities: equal-priority FIFO threads on one CPU do not
+            # time-slice, so one's final spin-wait to its deadline would hold another off.
+            # (Spreading the rigs over both CPUs of this 2-core machine measured worse: the
+            # one on CPU 0 tripped its watchdog among the emulators and the learner.)
+            rig['fifo_priority'] = max(1, int(control.get('fifo_priority', 80)) - i)
+        controls.append(
+            ProcessSpec(
+                'control' if one else f'control{i}',
+                'control_node',
+                'rip_control',
+                namespace='' if one else f'rig{i}',
+                params=rig,
+                remaps={} if one else dict(RIG_REMAPS),
+            )
+        )
+    if learn:
+        specs.append(ProcessSpec('learner', 'learner_node', 'rip_learner', params=learner))
+    specs.extend(controls)
+    return specs, values
+
+
+def resolve_auto_policy(run_dir: Path, rate_hz: float, guarded: bool = True) -> Path:
+    """``policy:=auto``: the run's best-evaluated policy, else its latest, else the shipped one.
+
+    The best is what the regression guard kept (:data:`run_files.POLICY_BEST`): a run whose last
+    updates made the policy worse resumes from before them. With the guard off
+    (``guarded`` False: ``eval_every_episodes`` 0, or several rigs, whose bests are each
+    rig's own) the latest is taken: it is what the run went on to learn.
+
+    :raises ValueError: no pre-trained policy ships for ``rate_hz`` (it names the command
+        that makes one).
+    """
+    best = run_dir / run_files.POLICY_BEST
+    if guarded and best.exists():
+        return best
+    latest = run_dir / run_files.POLICY_LATEST
+    return latest if latest.exists() else shipped_policy(rate_hz, f'{latest} does not exist and ')
+
+
+def shipped_policy(rate_hz: float, why: str = '') -> Path:
+    """The pre-trained policy shipped for ``rate_hz`` (``policies/sim_<rate>hz/``).
+
+    :raises ValueError: none ships for that rate; the message says how to make one.
+    """
+    packaged = run_files.packaged_policy(rate_hz)
+    if packaged.exists():
+        return packaged
+    raise ValueError(
+        f'rate:={rate_hz:g}: {why}no pre-trained policy ships for {rate_hz:g} Hz '
+        f'({packaged}); make one with python -m rip_learner.pretrain rate:={rate_hz:g} '
+        f'out:={packaged.parent}, or pass policy:=PATH trained at {rate_hz:g} Hz'
+    )
+
+
+def preflight(
+    control: dict[str, Any],
+    learner: dict[str, Any],
+    values: dict[str, Any],
+    ports: list[str],
+    learn: bool,
+) -> None:
+    """Refuse, before any process starts, what a process would refuse after starting.
+
+    Serial ports, files and the rate of the initial policy and of a resumed buffer; each
+    error names the argument, the value and what is accepted. It writes nothing but the C
+    firmware's host build when ``rig_firmware:=c`` asks for it.
+    """
+    for port in ports:
+        if not os.path.exists(port):
+            raise ValueError(
+                f'serial_port:={port}: no such device (is the rig plugged in and powered? '
+                'leave serial_port empty to use the emulator)'
+            )
+    if values['rig_params']:
+        from rip_control.rig.dynamics import PendulumParams
+
+        try:
+            PendulumParams.from_yaml(values['rig_params'])
+        except (OSError, ValueError, TypeError) as exc:
+            raise ValueError(f'rig_params:={values["rig_params"]}: {exc}') from None
+    if values['rig_firmware'] == 'c' and not ports:
+        from rip_control.rig.host_firmware import FirmwareNotBuilt, build_host_binary
+
+        try:  # make keeps it up to date: a no-op once built
+            build_host_binary()
+        except FirmwareNotBuilt as exc:
+            raise ValueError(f'rig_firmware:=c: {exc}') from None
+    rate_hz = float(control['rate_hz'])
+    if float(learner['rate_hz']) != rate_hz:
+        raise ValueError(
+            f'params_file: rip_control runs at {rate_hz:g} Hz but rip_learner at '
+            f'{float(learner["rate_hz"]):g} Hz; set both with rate:=R'
+        )
+    if control.get('policy'):
+        from rip_control.policy import PolicyRejected, load_actor_file
+        from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+
+        try:
+            load_actor_file(
+                control['policy'], rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+            )
+        except PolicyRejected as exc:
+            hint = ''
+            if 'trained at' in str(exc):
+                hint = (
+                    f'; pass a policy trained at {rate_hz:g} Hz, or make one with '
+                    f'python -m rip_learner.pretrain rate:={rate_hz:g} out:=DIR'
+                )
+            raise ValueError(f'policy:={control["policy"]}: {exc}{hint}') from None
+    resume = str(learner.get('resume_buffer') or '') if learn else ''
+    if resume:
+        from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+        from rip_learner.buffer_store import BufferRejected, load
+
+        try:  # the learner's own checks: format, checksum, rate, sizes, finite values
+            load(resume, rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+        except BufferRejected as exc:
+            raise ValueError(f'resume_buffer:={resume}: {exc}') from None
+    for bag in str(learner.get('resume_bag') or '').split(','):
+        if learn and bag.strip() and not Path(bag.strip()).exists():
+            raise ValueError(f'resume_bag: {bag.strip()} does not exist')

@@ -27,9 +27,13 @@ $(STAMP): requirements.txt constraints.txt
 
 # The full fine-tune on the emulated rig: 50 Hz, 10 episodes x 6 s, K = 4, starting from the
 # pre-trained policy in policies/sim_50hz/. A second run continues the first one's policy and
-# replay buffer (runs/demo/).
+# replay buffer (runs/demo/). The C firmware's host build plays the rig when a C compiler is
+# present (it answers in microseconds, as a microcontroller does), else the Python emulator.
+RIG_FIRMWARE ?= $(if $(shell command -v cc),c,python)
 demo: $(STAMP)
-	$(PY) -m rip_control.finetune run_name:=demo resume_buffer:=auto policy:=auto $(DEMO_ARGS)
+	@echo "make demo: the emulated rig runs the $(RIG_FIRMWARE) firmware (RIG_FIRMWARE=python|c)"
+	$(PY) -m rip_control.finetune run_name:=demo resume_buffer:=auto policy:=auto \
+		rig_firmware:=$(RIG_FIRMWARE) $(DEMO_ARGS)
 
 test: $(STAMP) launch-deps firmware-host
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -62,6 +62,7 @@ class _Child:
             preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only, no locks taken
         )
         self.tail: list[str] = []
+        self.exit_code: int | None = None  # set by the pump thread once the child has ended
         self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
         self._thread.start()
 
@@ -71,14 +72,18 @@ class _Child:
             self.tail = (self.tail + [line.rstrip()])[-20:]
             if stream:
                 say(f'[{self.spec.label}] {line.rstrip()}')
+        # Reaped here, not by polling from the main thread: a stop signal raised inside
+        # Popen.poll() between taking its waitpid lock and its try block leaves the lock
+        # held, and the stop path's wait() then blocks for ever (seen: a runner hung after
+        # SIGTERM with its learner a zombie). Signals never raise in this thread.
+        self.exit_code = self.proc.wait()
 
     def failure(self) -> str:
-        """Why it ended ('' while it runs)."""
-        if self.proc.poll() is None:
+        """Why it ended ('' while it runs): what the pump thread recorded, no system call."""
+        if self.exit_code is None:
             return ''
-        return f'{self.spec.label} exited with status {self.proc.returncode}: ' + ' | '.join(
-            self.tail[-3:]
-        )
+        tail = ' | '.join(self.tail[-3:])
+        return f'{self.spec.label} exited with status {self.exit_code}: {tail}'
 
     def stop(self, sig: int = signal.SIGINT, timeout_s: float = 30.0) -> int:
         code = stop_process(self.proc, sig, timeout_s)

@@ -455,3 +455,100 @@ def test_two_rigs_feed_one_learner_and_both_get_its_weights(tmp_path):
     rows = (run / 'timing.csv').read_text().splitlines()
     assert rows[0].startswith('rig,episode,n_ticks,mean_tick_dt_ms')
     assert sorted({row.split(',')[0] for row in rows[1:]}) == ['rig0', 'rig1']
+
+
+def _copied_params_file(tmp_path, **control):
+    """The shipped example params file, copied as a user would, with ``control`` set in it."""
+    doc = yaml.safe_load((REPO / 'config' / 'finetune.yaml').read_text())
+    doc['rip_control']['ros__parameters'].update(control)
+    path = tmp_path / 'my_rig.yaml'
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_a_params_files_episodes_and_length_stand_when_no_argument_is_typed(tmp_path):
+    import csv
+
+    path = _copied_params_file(tmp_path, episodes=1, episode_seconds=2.0)
+    cmd = [
+        sys.executable,
+        '-m',
+        'rip_control.finetune',
+        '--quiet',
+        f'params_file:={path}',
+        'run_name:=own',
+        f'runs_dir:={tmp_path / "runs"}',
+        f'emulator_link:={tmp_path / "rig"}',
+    ]
+    proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert 'episodes x 2.0 s' in proc.stdout and ', 1 episodes x' in proc.stdout, proc.stdout
+    summary = json.loads((tmp_path / 'runs' / 'own' / 'summary.json').read_text())
+    assert summary['episodes'] == 1, summary
+    with (tmp_path / 'runs' / 'own' / 'timing.csv').open(newline='') as f:
+        rows = [r for r in csv.DictReader(f) if r['kind'] == 'train']
+    assert len(rows) == 1, rows
+    # 2 s at 50 Hz: 100 policy ticks (the episode ends early only beyond the arm limit).
+    assert int(rows[0]['n_ticks']) <= 100 and summary['ticks']['n_ticks'] >= 100
+
+
+def test_an_operators_deactivate_ends_the_run_as_a_stop_motor_off_buffer_saved(tmp_path, ros_node):
+    import threading
+
+    from rip_control.ros.lifecycle_driver import LifecycleDriver
+
+    events = tmp_path / 'emulator_events'
+    cmd = [
+        sys.executable,
+        '-m',
+        'rip_control.finetune',
+        'episodes:=0',  # until stopped: only the operator ends this run
+        'episode_seconds:=1.0',
+        f'emulator_link:={tmp_path / "rig"}',
+        'run_name:=operator',
+        f'runs_dir:={tmp_path / "runs"}',
+        f'params_file:={_params_file(tmp_path)}',
+    ]
+    env = child_env({'RIP_EMULATOR_EVENTS': str(events)})
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines, second_episode = [], threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith('episode   1:'):
+                second_episode.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert second_episode.wait(120), ''.join(lines[-30:])
+        # What `ros2 lifecycle set /rip_control deactivate` does: one change_state call.
+        driver = LifecycleDriver(ros_node, '/rip_control')
+        assert driver.wait_for_services(10.0)
+        t0 = time.monotonic()
+        assert driver.change('deactivate')
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(timeout=5)
+    out = ''.join(lines)
+    assert code == 0, out[-3000:]
+    assert 'stopped by the operator after' in out and 'FAILED' not in out, out[-3000:]
+    summary = json.loads((tmp_path / 'runs' / 'operator' / 'summary.json').read_text())
+    assert summary['stopped_by_operator'] == '/rip_control'
+    assert not summary['failure'] and not summary['interrupted']
+    assert summary['exit_codes'] == {'control': 0, 'learner': 0}, summary['exit_codes']
+    # The motor went off at the operator's command, by the node, before the emulator stopped.
+    whats = [what for t, what in _emulator_events(events) if t >= t0]
+    assert whats == ['disengaged command', 'powered down'], whats
+    _, meta = buffer_store.load(
+        tmp_path / 'runs' / 'operator' / 'replay_buffer.safetensors',
+        rate_hz=50.0,
+        obs_size=OBS_SIZE,
+        action_size=ACTION_SIZE,
+    )
+    assert meta.count == summary['transitions_published'] > 0

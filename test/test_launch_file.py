@@ -299,3 +299,53 @@ def test_a_rig_fault_ends_the_launch_with_status_1_naming_it(install_prefix, tmp
     assert 'disengaged command' in launch.events(), launch.events()
     for pid in launch.pids():
         assert not _alive(pid), f'process {pid} outlived the launch'
+
+
+def test_a_params_files_episodes_and_length_stand_when_no_argument_is_typed(
+    install_prefix, tmp_path
+):
+    import csv
+
+    import yaml
+
+    doc = yaml.safe_load((REPO / 'config' / 'finetune.yaml').read_text())
+    doc['rip_control']['ros__parameters'].update(episodes=1, episode_seconds=2.0)
+    params = tmp_path / 'my_rig.yaml'
+    params.write_text(yaml.safe_dump(doc))
+    launch = Launch(
+        install_prefix,
+        tmp_path,
+        [f'params_file:={params}', 'run_name:=own', f'emulator_link:={tmp_path / "rig"}'],
+    )
+    code = launch.wait(180)
+    assert code == 0, launch.text()
+    with (tmp_path / 'runs' / 'own' / 'timing.csv').open(newline='') as f:
+        rows = [r for r in csv.DictReader(f) if r['kind'] == 'train']
+    assert len(rows) == 1 and int(rows[0]['n_ticks']) <= 100, rows  # 2 s at 50 Hz
+
+
+def test_an_operators_deactivate_ends_the_launch_as_a_stop_motor_off_buffer_saved(
+    install_prefix, tmp_path, ros_node
+):
+    from rip_control.ros.lifecycle_driver import LifecycleDriver
+
+    launch = Launch(
+        install_prefix,
+        tmp_path,
+        ['episodes:=0', 'episode_seconds:=1', f'emulator_link:={tmp_path / "rig"}'],
+    )
+    launch.wait_for(r'\[rip_supervisor\]: /rip_control active', 120)
+    launch.wait_for(r'(?<!evaluation )episode +1: return', 60)
+    # What `ros2 lifecycle set /rip_control deactivate` does: one change_state call.
+    driver = LifecycleDriver(ros_node, '/rip_control')
+    assert driver.wait_for_services(10.0)
+    assert driver.change('deactivate')
+    code = launch.wait(90)
+    assert code == 0, launch.text()
+    launch.wait_for(r'stopped by the operator after \d+ episodes; motors off', 1)
+    assert launch.index(r'FAILED') < 0, launch.text()
+    events = launch.events()
+    assert events[-2:] == ['disengaged command', 'powered down'], events
+    assert _buffer_count(tmp_path / 'runs' / 'default' / 'replay_buffer.safetensors') > 0
+    for pid in launch.pids():
+        assert not _alive(pid), f'process {pid} outlived the launch'

@@ -97,3 +97,57 @@ def test_a_bad_value_given_to_a_node_by_hand_is_named_and_exits_2(given, says):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out
     assert says in out and 'Traceback' not in out, out
+
+
+def _value(v):
+    """A ``ParameterValue`` as Python."""
+    return {
+        ParameterType.PARAMETER_BOOL: lambda: v.bool_value,
+        ParameterType.PARAMETER_INTEGER: lambda: v.integer_value,
+        ParameterType.PARAMETER_DOUBLE: lambda: v.double_value,
+        ParameterType.PARAMETER_STRING: lambda: v.string_value,
+        ParameterType.PARAMETER_INTEGER_ARRAY: lambda: list(v.integer_array_value),
+    }[v.type]()
+
+
+@pytest.mark.parametrize('which', ['control', 'learner'])
+def test_a_bare_node_declares_the_tables_defaults_which_make_demo_runs(ros_node, tmp_path, which):
+    import os
+
+    from rip_control.params import CONTROL_PARAMETERS, LEARNER_PARAMETERS, defaults
+    from rip_control.procs import stop_process
+    from rip_control.run.launching import CONTROL, LEARNER, plan
+
+    table = CONTROL_PARAMETERS if which == 'control' else LEARNER_PARAMETERS
+    module = 'rip_control.ros.control_node' if which == 'control' else 'rip_learner.learner_node'
+    name = f'bare_{which}_{os.getpid()}'
+    # No parameter at all: what `ros2 run rip_control control_node` declares.
+    proc = subprocess.Popen(
+        [sys.executable, '-m', module, '--ros-args', '-r', f'__node:={name}'],
+        cwd=tmp_path,  # a bare learner writes runs/default/ here
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        got = _call(
+            ros_node,
+            GetParameters,
+            f'/{name}/get_parameters',
+            GetParameters.Request(names=[p.name for p in table]),
+            timeout_s=60.0,
+        )
+    finally:
+        stop_process(proc, timeout_s=30)
+    declared = {p.name: _value(v) for p, v in zip(table, got.values, strict=True)}
+    assert declared == defaults(table)
+    # make demo (`finetune run_name:=demo resume_buffer:=auto policy:=auto`) runs the same
+    # values, but for what it names, the rig the runner starts, and the files it resolves.
+    specs, _ = plan({'run_name': 'demo', 'resume_buffer': 'auto', 'policy': 'auto'}, pid=1)
+    node = CONTROL if which == 'control' else LEARNER
+    demo = next(s for s in specs if s.node_name == node).params
+    resolved = {'run_name', 'policy', 'resume_buffer', 'serial_port'}
+    assert {k: v for k, v in demo.items() if k not in resolved} == {
+        k: v for k, v in declared.items() if k not in resolved
+    }

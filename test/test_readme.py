@@ -180,6 +180,9 @@ def test_make_demo_runs_the_fine_tune(tmp_path):
         timeout=240,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # It says which firmware plays the rig: the C one wherever a C compiler is (here, always).
+    assert 'make demo: the emulated rig runs the c firmware' in proc.stdout, proc.stdout[:2000]
+    assert 'emulated rig (c firmware)' in proc.stdout and 'C firmware' in proc.stdout
     # The regression guard measures the starting policy first, then the training episode.
     assert 'evaluation   0: return' in proc.stdout, proc.stdout[-3000:]
     assert re.search(r'^episode +1: return', proc.stdout, re.M), proc.stdout[-3000:]
@@ -374,16 +377,13 @@ def test_the_readme_control_node_command_configures(start_emulator, ros_node, tm
 
 @pytest.mark.ros
 @pytest.mark.slow
-@pytest.mark.readme(
-    'ros2 run rip_control control_node --ros-args --params-file config/finetune.yaml'
-)
-def test_the_readme_ros2_run_control_node_takes_the_params_file(
+@pytest.mark.readme('ros2 run rip_control control_node --ros-args -p serial_port:=/dev/ttyACM0')
+def test_the_readme_ros2_run_control_node_starts_with_the_shipped_defaults(
     install_prefix, ros_node, tmp_path
 ):
     from rip_control.ros.lifecycle_driver import LifecycleDriver
 
-    cmd = 'ros2 run rip_control control_node --ros-args --params-file config/finetune.yaml'
-    cmd = cmd.replace('config/finetune.yaml', str(REPO / 'config' / 'finetune.yaml'))
+    cmd = 'ros2 run rip_control control_node --ros-args -p serial_port:=/dev/ttyACM0'
     name = f'rip_control_readme_run_{os.getpid()}'  # appended: another may linger
     node = Running(
         argv(cmd, install_prefix) + ['-r', f'__node:={name}'],
@@ -406,24 +406,19 @@ def test_the_readme_ros2_run_control_node_takes_the_params_file(
     'command',
     [
         pytest.param(
-            'python -m rip_learner.learner_node --ros-args --params-file config/finetune.yaml',
-            marks=pytest.mark.readme(
-                'python -m rip_learner.learner_node --ros-args --params-file config/finetune.yaml'
-            ),
+            'python -m rip_learner.learner_node',
+            marks=pytest.mark.readme('python -m rip_learner.learner_node'),
         ),
         pytest.param(
-            'ros2 run rip_control learner_node --ros-args --params-file config/finetune.yaml',
-            marks=pytest.mark.readme(
-                'ros2 run rip_control learner_node --ros-args --params-file config/finetune.yaml'
-            ),
+            'ros2 run rip_control learner_node',
+            marks=pytest.mark.readme('ros2 run rip_control learner_node'),
         ),
     ],
 )
 def test_the_readme_learner_commands_start_and_stop_on_ctrl_c(command, request, tmp_path):
     prefix = request.getfixturevalue('install_prefix') if command.startswith('ros2') else None
     env = sourced_env(prefix) if prefix else child_env()
-    cmd = command.replace('config/finetune.yaml', str(REPO / 'config' / 'finetune.yaml'))
-    learner = Running(argv(cmd, prefix), tmp_path, env)
+    learner = Running(argv(command, prefix), tmp_path, env)
     learner.wait_for(r'learner at 50 Hz', 120)
     assert learner.stop() == 0, learner.text
     assert 'Traceback' not in learner.text

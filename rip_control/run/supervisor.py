@@ -30,16 +30,17 @@ import threading
 import time
 from typing import Any
 
-from rip_control.params import Param, parse_options
+from rip_control.params import CONTROL_PARAMETERS, Param, parse_options, table_by_name
 from rip_control.rt.gate import MISSED, VERDICTS, rejection_reason
+from rip_control.run.launching import LAUNCH_ARGUMENT_BY_NAME
 from rip_control.signals import StopSignals
 
 OPTIONS = (
     Param('controls', '/rip_control', 'comma-separated fully qualified control node names'),
-    Param('episodes', 10, 'episodes each rig runs (0: until stopped)', 0, 1_000_000),
+    table_by_name(CONTROL_PARAMETERS)['episodes'],  # the control node's own, as it counts them
     Param('learn', True, 'a learner receives the transitions'),
     Param('match_timeout_s', 180.0, 'bound on the wait for the learner to match', 1.0, 3600.0),
-    Param('violation_restarts', 5, 're-activations after a timing violation, per rig', 0, 1000),
+    LAUNCH_ARGUMENT_BY_NAME['violation_restarts'].param(),
 )
 
 _print_lock = threading.Lock()

@@ -1,7 +1,7 @@
 """The fine-tune done the old, synchronous way: SB3 ``SAC.learn()`` on a self-pacing rig env.
 
 This is the pattern the package exists to replace, kept as the V5 baseline
-(``python -m rip_control.benchmarks.bench v5``). The env sleeps to the next tick inside ``step()``;
+(:mod:`rip_bench.v5`). The env sleeps to the next tick inside ``step()``;
 gradient updates run between steps in the same thread, so every tick that follows
 ``K`` updates is late and the real rate stretches. The policy learns the dynamics of the
 stretched period and is then deployed at the configured rate.

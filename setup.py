@@ -9,7 +9,10 @@ PACKAGE = 'rip_control'
 setup(
     name=PACKAGE,
     version='0.1.0',
-    packages=find_packages(exclude=['test', 'test.*', 'bench', 'bench.*']),
+    # rip_bench (the benchmarks) runs from a source checkout only: not installed.
+    packages=find_packages(
+        exclude=['test', 'test.*', 'bench', 'bench.*', 'rip_bench', 'rip_bench.*']
+    ),
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + PACKAGE]),
         ('share/' + PACKAGE, ['package.xml']),

@@ -6,18 +6,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-export ROS_AUTOMATIC_DISCOVERY_RANGE=${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}
-export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( ($$ % 50) + 51 ))}
+source bench/dds_env.sh
 export PYTHONPATH=$PWD
 make --no-print-directory firmware-host
 R=bench/results
-$PY -m rip_control.bench serial-roundtrip --rate 500 --seconds 20 --repeats 3 \
+$PY -m rip_bench serial-roundtrip --rate 500 --seconds 20 --repeats 3 \
   --json $R/serial_roundtrip.json
-$PY -m rip_control.bench serial-roundtrip --rate 500 --seconds 20 --repeats 3 --load sac \
+$PY -m rip_bench serial-roundtrip --rate 500 --seconds 20 --repeats 3 --load sac \
   --json $R/serial_roundtrip_sac.json
 for run in 1 2 3; do
   for fw in c python; do
-    $PY -m rip_control.bench timing --rate 500 --seconds 120 --load sac --firmware "$fw" \
+    $PY -m rip_bench timing --rate 500 --seconds 120 --load sac --firmware "$fw" \
       --json "$R/timing_500hz_sac_${fw}fw_run${run}.json"
   done
 done

@@ -5,16 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-export ROS_AUTOMATIC_DISCOVERY_RANGE=${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}
-export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( ($$ % 50) + 51 ))}
+source bench/dds_env.sh
 export PYTHONPATH=$PWD
-$PY -m rip_control.bench e2e --rate 50 --episodes 10 --episode-seconds 6 --gradient-steps 4 \
+$PY -m rip_bench e2e --rate 50 --episodes 10 --episode-seconds 6 --gradient-steps 4 \
   --json bench/results/v4_e2e_50hz.json
-$PY -m rip_control.bench sync-baseline --rate 50 --gradient-steps 4 --seconds 40 \
+$PY -m rip_bench sync-baseline --rate 50 --gradient-steps 4 --seconds 40 \
   --json bench/results/sync_baseline_50hz_k4.json
-$PY -m rip_control.bench learner-throughput --seconds 10 --json bench/results/learner_throughput.json
-$PY -m rip_control.bench e2e --rigs 2 --episodes 10 --episode-seconds 6 --gradient-steps 4 \
+$PY -m rip_bench learner-throughput --seconds 10 --json bench/results/learner_throughput.json
+$PY -m rip_bench e2e --rigs 2 --episodes 10 --episode-seconds 6 --gradient-steps 4 \
   --json bench/results/e2e_2rigs_50hz.json
-$PY -m rip_control.bench e2e --rigs 3 --episodes 10 --episode-seconds 6 --gradient-steps 4 \
+$PY -m rip_bench e2e --rigs 3 --episodes 10 --episode-seconds 6 --gradient-steps 4 \
   --json bench/results/e2e_3rigs_50hz.json || true  # at the edge of 2 cores: keep the JSON either way
-$PY -m rip_control.bench bag-roundtrip --json bench/results/bag_roundtrip.json
+$PY -m rip_bench bag-roundtrip --json bench/results/bag_roundtrip.json

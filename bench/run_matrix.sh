@@ -4,9 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-export ROS_AUTOMATIC_DISCOVERY_RANGE=${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}
-export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( ($$ % 50) + 51 ))}
+source bench/dds_env.sh
 export PYTHONPATH=$PWD
-$PY -m rip_control.bench matrix --seeds 0 1 2 --min-balance rig_shifted_worn=8 \
+$PY -m rip_bench matrix --seeds 0 1 2 --min-balance rig_shifted_worn=8 \
   --rigs config/rig_qube_servo2.yaml config/rig_shifted_worn.yaml config/rig_shifted_heavy.yaml \
   --json bench/results/matrix.json

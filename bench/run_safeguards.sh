@@ -9,8 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-export ROS_AUTOMATIC_DISCOVERY_RANGE=${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}
-export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( ($$ % 50) + 51 ))}
+source bench/dds_env.sh
 export PYTHONPATH=$PWD
 RIGS=${RIGS:-"worn heavy"}
 ARMS=${ARMS:-"all none no_prior no_critic_first no_smoothness no_warmup guard"}
@@ -31,9 +30,9 @@ for rig in $RIGS; do
       guard) guard=2 ;;
     esac
     echo "== $rig $arm"
-    $PY -m rip_control.bench v5 --rig config/rig_shifted_$rig.yaml --skip-sync --guard $guard \
+    $PY -m rip_bench v5 --rig config/rig_shifted_$rig.yaml --skip-sync --guard $guard \
       --label "$arm" "${extra[@]}" --json bench/results/safeguards_${rig}_$arm.json \
       --plots /tmp/rip_safeguard_plots
   done
 done
-$PY -m rip_control.bench safeguards-table bench/results/safeguards_*.json
+$PY -m rip_bench table safeguards bench/results/safeguards_*.json

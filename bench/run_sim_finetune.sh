@@ -7,9 +7,10 @@
 #   caps     CAPS's full term (smoothness_reference: none)
 #   off      no smoothness term
 # JSON: bench/results/sim_finetune_<rig>_<prior>_<setting>.json; table: python -m
-# rip_control.bench sim-finetune-table bench/results/sim_finetune_*.json
+# rip_bench table sim-finetune bench/results/sim_finetune_*.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/dds_env.sh
 PY=${PY:-.venv/bin/python}
 export PYTHONPATH=$PWD
 RIGS=${RIGS:-"worn heavy"}
@@ -30,11 +31,11 @@ for rig in $RIGS; do
       esac
       name=sim_finetune_${rig}_${prior}_${setting}
       files+=(bench/results/$name.json)
-      jobs+=("$PY -m rip_control.bench sim-finetune --rig config/rig_shifted_$rig.yaml \
+      jobs+=("$PY -m rip_bench sim-finetune --rig config/rig_shifted_$rig.yaml \
         --policy policies/$prior/policy.safetensors --seeds 0 1 2 --label $setting \
         ${extra[*]:-} --json bench/results/$name.json > runs/sim_finetune/$name.log 2>&1")
     done
   done
 done
 printf '%s\n' "${jobs[@]}" | xargs -d '\n' -P "${JOBS:-2}" -n 1 bash -c
-$PY -m rip_control.bench sim-finetune-table "${files[@]}"
+$PY -m rip_bench table sim-finetune "${files[@]}"

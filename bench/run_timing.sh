@@ -5,11 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-export ROS_AUTOMATIC_DISCOVERY_RANGE=${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}
-export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( ($$ % 50) + 51 ))}
+source bench/dds_env.sh
 export PYTHONPATH=$PWD
 LONG=${SECONDS_LONG:-600}
-B="$PY -m rip_control.bench timing --load sac --weights-hz 10"
+B="$PY -m rip_bench timing --load sac --weights-hz 10"
 # The issue's goals: 50 and 100 Hz for 600 s under SAC load with weights at 10 Hz, each beside
 # the floor of this machine (the bare single-threaded pacer process, same load, same run).
 for rate in 50 100; do
@@ -21,9 +20,9 @@ $B --rate 500 --seconds 120 --baseline floor --floor-seconds 60 \
 $B --rate 1000 --seconds 60 --baseline floor --floor-seconds 60 \
   --json bench/results/timing_1000hz_sac.json
 # V1 (no load) and V2 (a busy process per core), 50 Hz, weights at 10 Hz throughout
-$PY -m rip_control.bench timing --load none --rate 50 --seconds 60 --baseline floor \
+$PY -m rip_bench timing --load none --rate 50 --seconds 60 --baseline floor \
   --floor-seconds 30 --json bench/results/timing_50hz_none.json
-$PY -m rip_control.bench timing --load hog --rate 50 --seconds 60 --baseline floor \
+$PY -m rip_bench timing --load hog --rate 50 --seconds 60 --baseline floor \
   --floor-seconds 30 --json bench/results/timing_50hz_hog.json
 # The ROS-usual way beside it: the same tick work on an rclpy timer, same load.
 $B --rate 50 --seconds 60 --baseline rclpy-timer --json bench/results/timing_50hz_sac_timer.json

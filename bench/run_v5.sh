@@ -13,8 +13,7 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 RIGS=${RIGS:-nominal worn heavy}
 SEEDS=${SEEDS:-0 1 2}
-export ROS_AUTOMATIC_DISCOVERY_RANGE=${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}
-export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( ($$ % 50) + 51 ))}
+source bench/dds_env.sh
 export PYTHONPATH=$PWD
 if [[ "${1:-}" == "--pretrain" ]]; then
   $PY -m rip_learner.pretrain rate:=50 out:=policies/sim_50hz
@@ -32,7 +31,7 @@ for seed in $SEEDS; do
     out=bench/results/v5_${rig}_seed$seed.json
     echo "== V5: $rig rig, seed $seed ($(date +%T))"
     # A failed run is reported at the end; the others still run.
-    if $PY -m rip_control.bench v5 --rig "$(rig_file "$rig")" --seed "$seed" \
+    if $PY -m rip_bench v5 --rig "$(rig_file "$rig")" --seed "$seed" \
         --json "$out" --plots "$plots"; then
       files+=("$out")
     else
@@ -45,12 +44,12 @@ if [[ "${WIDE:-0}" == 1 ]]; then
     $PY -m rip_learner.pretrain rate:=50 'hidden_sizes:=[256,256]' torch_threads:=2 \
       time_limit_s:=600 out:=runs/sim_50hz_256
   fi
-  $PY -m rip_control.bench v5 --rig config/rig_shifted_worn.yaml --hidden 256,256 \
+  $PY -m rip_bench v5 --rig config/rig_shifted_worn.yaml --hidden 256,256 \
     --policy runs/sim_50hz_256/policy.safetensors --label 256x256 \
     --json bench/results/v5_worn_256.json --plots bench/results/v5_256
 fi
 if (( ${#files[@]} )); then
-  $PY -m rip_control.bench v5-seeds-table "${files[@]}"
+  $PY -m rip_bench table v5-seeds "${files[@]}"
 fi
 if (( ${#FAILED[@]} )); then
   echo "failed: ${FAILED[*]}" >&2

@@ -19,7 +19,7 @@ checkpoints, ``predict()`` and everything else of SB3 keep working:
 * losses are kept as tensors and read once per call, for the same logger records.
 
 ``test/test_fast_sac.py`` checks that it ends where SB3's ``train()`` ends from the same
-state and seeds; ``python -m rip_control.bench learner-throughput`` measures both.
+state and seeds; ``python -m rip_bench learner-throughput`` measures both.
 
 Three fine-tuning safeguards live here too, each off unless asked for (and then, by
 construction, no longer SB3's ``train()``):

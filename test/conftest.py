@@ -62,9 +62,6 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
-FIRMWARES = ('python', 'c')
-
-
 @pytest.fixture(scope='session')
 def host_firmware_built():
     """The host build of the C firmware, (re)built once per session with the system compiler."""

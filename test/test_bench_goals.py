@@ -1,10 +1,30 @@
-"""The goals ``bench matrix`` checks (pure arithmetic on evaluation summaries)."""
+"""The goals ``python -m rip_bench matrix`` checks, and the README's tables from the records.
 
+The README's tables are regenerated here by ``python -m rip_bench table KIND FILE...`` (its
+:func:`~rip_bench.cli.main`) from the committed ``bench/results/`` files.
+"""
+
+import contextlib
+import io
 import math
+from pathlib import Path
 
 import pytest
 
-from rip_control.benchmarks.matrix import check, score
+from rip_bench.cli import main as bench_main
+from rip_bench.matrix import check, score
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / 'bench' / 'results'
+
+
+def table(kind: str, *names: str) -> str:
+    """What ``python -m rip_bench table KIND bench/results/NAME...`` prints (no last newline)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert bench_main(['table', kind, *(str(RESULTS / n) for n in names)]) == 0
+    return out.getvalue().rstrip('\n')
+
 
 # A (rig, seed) cell's goals, every one met (what the table tests vary is elsewhere).
 ALL_MET = {
@@ -38,7 +58,7 @@ def test_a_floor_and_a_negative_first_return() -> None:
 
 
 def test_the_throughput_table_pairs_each_repeat_with_sb3s() -> None:
-    from rip_control.benchmarks.bench import throughput_table
+    from rip_bench.learner_throughput import throughput_table
 
     def row(impl: str, rep: int, ups: float) -> dict:
         return {
@@ -61,7 +81,7 @@ def test_the_throughput_table_pairs_each_repeat_with_sb3s() -> None:
 
 
 def test_a_rig_measured_again_supersedes_its_earlier_row() -> None:
-    from rip_control.benchmarks.matrix import matrix_table
+    from rip_bench.matrix import matrix_table
 
     def rig(balance: float) -> dict:
         goals = ALL_MET
@@ -76,7 +96,7 @@ def test_a_rig_measured_again_supersedes_its_earlier_row() -> None:
 
 
 def test_the_matrix_table_counts_the_seeds_that_deployed_their_starting_policy() -> None:
-    from rip_control.benchmarks.matrix import matrix_table
+    from rip_bench.matrix import matrix_table
 
     goals = ALL_MET
 
@@ -93,7 +113,7 @@ def test_the_matrix_table_counts_the_seeds_that_deployed_their_starting_policy()
     (row,) = matrix_table([doc]).splitlines()[2:]
     assert row.split(' | ')[4] == '2 of 3'
     # A seed whose fine-tune failed is shown as failed and counted as a miss.
-    from rip_control.benchmarks.matrix import FAILED_GOALS
+    from rip_bench.matrix import FAILED_GOALS
 
     doc['rigs']['worn']['runs'][1] = {'seed': 1, 'failure': 'lost its node', 'goals': FAILED_GOALS}
     (row,) = matrix_table([doc]).splitlines()[2:]
@@ -106,7 +126,7 @@ def test_a_seed_that_delivered_the_starting_policy_is_scored_as_that_policy(tmp_
 
     import numpy as np
 
-    from rip_control.benchmarks.matrix import matrix_table, same_weights
+    from rip_bench.matrix import matrix_table, same_weights
     from rip_control.policy import encode_actor, load_actor_file
     from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 
@@ -145,35 +165,21 @@ def test_a_seed_that_delivered_the_starting_policy_is_scored_as_that_policy(tmp_
 def test_the_readmes_c_firmware_tables_are_generated_from_the_committed_results() -> None:
     # The README's figures come from bench/results/: regenerating the tables from the JSON
     # must give back exactly what the README shows.
-    import json
-    from pathlib import Path
-
-    from rip_control.benchmarks.bench import timing_table
-    from rip_control.benchmarks.serial_rt import roundtrip_table
-
-    repo = Path(__file__).resolve().parent.parent
-    readme = (repo / 'README.md').read_text()
-    results = repo / 'bench' / 'results'
+    readme = (REPO / 'README.md').read_text()
     for name in ('serial_roundtrip_sac.json', 'serial_roundtrip.json'):
-        table = roundtrip_table(json.loads((results / name).read_text()))
-        assert table in readme, name
-        assert table.count('\n') == 3  # header, rule, one row per firmware
-    runs = [
-        str(results / f'timing_500hz_sac_{fw}fw_run{i}.json')
-        for fw in ('c', 'python')
-        for i in (1, 2, 3)
-    ]
-    assert timing_table(runs) in readme
+        rows = table('serial-roundtrip', name)
+        assert rows in readme, name
+        assert rows.count('\n') == 3  # header, rule, one row per firmware
+    runs = [f'timing_500hz_sac_{fw}fw_run{i}.json' for fw in ('c', 'python') for i in (1, 2, 3)]
+    assert table('timing', *runs) in readme
     more = [
-        str(results / f'timing_500hz_sac_cfw{pin}_rep{i}.json')
-        for pin in ('', '_pinned')
-        for i in (1, 2, 3, 4)
+        f'timing_500hz_sac_cfw{pin}_rep{i}.json' for pin in ('', '_pinned') for i in (1, 2, 3, 4)
     ]
-    assert timing_table(more) in readme
+    assert table('timing', *more) in readme
 
 
 def test_the_round_trip_table_shows_the_spread_over_repeats() -> None:
-    from rip_control.benchmarks.serial_rt import roundtrip_table
+    from rip_bench.serial_roundtrip import roundtrip_table
 
     def run(firmware: str, mean: float, repeat: int) -> dict:
         figures = {
@@ -208,18 +214,9 @@ def test_the_round_trip_table_shows_the_spread_over_repeats() -> None:
 
 def test_the_readmes_matrix_tables_are_generated_from_the_committed_results() -> None:
     import json
-    from pathlib import Path
 
-    from rip_control.benchmarks.matrix import matrix_table
-
-    repo = Path(__file__).resolve().parent.parent
-    readme = (repo / 'README.md').read_text()
-    results = repo / 'bench' / 'results'
-
-    def table(*names: str) -> str:
-        return matrix_table([json.loads((results / n).read_text()) for n in names]).strip()
-
-    assert table('matrix.json', 'matrix_heavy.json') in readme
+    readme = (REPO / 'README.md').read_text()
+    assert table('matrix', 'matrix.json', 'matrix_heavy.json') in readme
     # The wide prior as shipped: three runs, the nominal rig's clean re-run superseding the
     # row of the run whose seed 1 a test run beside it disturbed.
     current = (
@@ -227,39 +224,32 @@ def test_the_readmes_matrix_tables_are_generated_from_the_committed_results() ->
         'matrix_wide_nominal_heavy.json',
         'matrix_wide_nominal.json',
     )
-    assert table(*current) in readme
+    assert table('matrix', *current) in readme
     for name in current:
-        assert 'sim_50hz_wide' in json.loads((results / name).read_text())['policy'], name
+        assert 'sim_50hz_wide' in json.loads((RESULTS / name).read_text())['policy'], name
     for name in ('matrix_wide_8b13c2b.json', 'matrix_wide_9db4a66.json', 'matrix_wide_caps.json'):
-        assert table(name) in readme, name
+        assert table('matrix', name) in readme, name
 
 
 def test_the_readmes_demo_and_throughput_tables_are_generated_from_the_committed_results() -> None:
-    import json
-    from pathlib import Path
-
-    from rip_control.benchmarks.bench import throughput_table
-    from rip_control.benchmarks.matrix import demo_table
-
-    repo = Path(__file__).resolve().parent.parent
-    readme = (repo / 'README.md').read_text()
-    results = repo / 'bench' / 'results'
-    demos = [json.loads((results / f'demo_run{i}.json').read_text()) for i in range(1, 6)]
-    assert demo_table(demos) in readme
-    throughput = json.loads((results / 'learner_throughput_fast_sac.json').read_text())
-    assert throughput_table(throughput) in readme
+    readme = (REPO / 'README.md').read_text()
+    assert table('demo', *(f'demo_run{i}.json' for i in range(1, 6))) in readme
+    assert table('learner-throughput', 'learner_throughput_fast_sac.json') in readme
 
 
 def test_the_readmes_v5_tables_are_generated_from_the_committed_results() -> None:
-    import json
-    from pathlib import Path
-
-    from rip_control.benchmarks.v5 import v5_seeds_table, v5_table
-
-    repo = Path(__file__).resolve().parent.parent
-    readme = (repo / 'README.md').read_text()
-    results = repo / 'bench' / 'results'
+    readme = (REPO / 'README.md').read_text()
     names = [f'v5_{rig}_seed{s}.json' for rig in ('nominal', 'worn', 'heavy') for s in (0, 1, 2)]
-    docs = [json.loads((results / n).read_text()) for n in names]
-    assert v5_seeds_table(docs) in readme
-    assert v5_table([json.loads((results / 'v5_worn_256.json').read_text())]) in readme
+    assert table('v5-seeds', *names) in readme
+    assert table('v5', 'v5_worn_256.json') in readme
+
+
+def test_the_table_command_names_a_bad_file(tmp_path, capsys) -> None:
+    bad = tmp_path / 'bad.json'
+    bad.write_text('[1, 2]')
+    for path, why in ((tmp_path / 'missing.json', 'cannot be read'), (bad, 'a JSON object')):
+        with pytest.raises(SystemExit) as exit_:
+            bench_main(['table', 'timing', str(path)])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert str(path) in err and why in err, err

@@ -337,9 +337,9 @@ def test_the_readme_wide_pretrain_command_randomises_with_the_wide_ranges(tmp_pa
     assert actor.metadata['domain_randomization'] == 'wide'
 
 
-@pytest.mark.readme('python -m rip_control.bench --help')
+@pytest.mark.readme('python -m rip_bench --help')
 def test_bench_help_lists_every_benchmark():
-    proc = run_readme('python -m rip_control.bench --help', {})
+    proc = run_readme('python -m rip_bench --help', {})
     assert proc.returncode == 0
     for name in ('timing', 'e2e', 'sync-baseline', 'learner-throughput', 'v5', 'table'):
         assert name in proc.stdout
@@ -600,15 +600,13 @@ def test_the_readme_avrdude_line_flashes_the_image_through_a_megas_bootloader(tm
     assert 0x12 not in board.commands, '-D: no chip erase'
 
 
-@pytest.mark.readme(
-    'python -m rip_control.bench serial-roundtrip --rate 500 --seconds 20 --repeats 3'
-)
+@pytest.mark.readme('python -m rip_bench serial-roundtrip --rate 500 --seconds 20 --repeats 3')
 def test_the_readme_round_trip_bench_measures_both_firmwares(tmp_path, host_firmware_built):
     import json
 
     out = tmp_path / 'rtt.json'
     proc = run_readme(
-        'python -m rip_control.bench serial-roundtrip --rate 500 --seconds 20 --repeats 3',
+        'python -m rip_bench serial-roundtrip --rate 500 --seconds 20 --repeats 3',
         {},
         ['--seconds', '1', '--repeats', '1', '--json', str(out)],
         timeout=120,
@@ -623,15 +621,13 @@ def test_the_readme_round_trip_bench_measures_both_firmwares(tmp_path, host_firm
 
 
 @pytest.mark.slow
-@pytest.mark.readme(
-    'python -m rip_control.bench timing --rate 500 --seconds 120 --load sac --firmware c'
-)
+@pytest.mark.readme('python -m rip_bench timing --rate 500 --seconds 120 --load sac --firmware c')
 def test_the_readme_500_hz_timing_bench_runs_against_the_c_firmware(tmp_path, host_firmware_built):
     import json
 
     out = tmp_path / 'timing.json'
     proc = run_readme(
-        'python -m rip_control.bench timing --rate 500 --seconds 120 --load sac --firmware c',
+        'python -m rip_bench timing --rate 500 --seconds 120 --load sac --firmware c',
         {},
         ['--seconds', '3', '--json', str(out)],
         timeout=300,

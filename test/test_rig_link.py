@@ -17,9 +17,9 @@ from rip_control.rig.client import (
     RigProtocolError,
     RigTimeout,
 )
+from rip_control.rig.host_firmware import FIRMWARES
 from rip_control.rig.protocol import ErrorCode, Status
 
-FIRMWARES = ('python', 'c')
 pytestmark = pytest.mark.parametrize('firmware', FIRMWARES, indirect=True)
 
 

@@ -1,11 +1,11 @@
-"""``bench sim-finetune``: the learner's update and the guard on a simulated rig, for real."""
+"""``python -m rip_bench sim-finetune``: the update and the guard on a simulated rig, for real."""
 
 import json
 from pathlib import Path
 import subprocess
 import sys
 
-from rip_control.benchmarks.sim_finetune import sim_finetune_table
+from rip_bench.sim_finetune import sim_finetune_table
 
 REPO = Path(__file__).resolve().parent.parent
 SHORT = [
@@ -18,7 +18,7 @@ SHORT = [
 def _bench(tmp_path: Path, name: str, *extra: str) -> dict:
     out = tmp_path / f'{name}.json'
     proc = subprocess.run(
-        [sys.executable, '-m', 'rip_control.bench', 'sim-finetune',
+        [sys.executable, '-m', 'rip_bench', 'sim-finetune',
          '--rig', 'config/rig_shifted_worn.yaml', *SHORT, *extra, '--json', str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )  # fmt: skip

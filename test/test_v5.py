@@ -96,7 +96,7 @@ def test_v5_short_runs_all_three_ways_and_writes_json_and_plots(tmp_path):
     params = tmp_path / 'params.yaml'
     params.write_text(yaml.safe_dump(doc))
     proc = _run(
-        'rip_control.bench',
+        'rip_bench',
         'v5',
         '--params-file',
         str(params),
@@ -144,7 +144,7 @@ def test_v5_short_runs_all_three_ways_and_writes_json_and_plots(tmp_path):
     sim['mean'] = first + 2.0
     out1 = tmp_path / 'v5_seed1.json'
     out1.write_text(json.dumps(other))
-    table = _run('rip_control.bench', 'v5-seeds-table', str(out), str(out1))
+    table = _run('rip_bench', 'table', 'v5-seeds', str(out), str(out1))
     assert table.returncode == 0, table.stderr[-2000:]
     rows = [r for r in table.stdout.splitlines() if r.startswith('| rig_shifted_heavy')]
     assert [r.split(' | ')[2] for r in rows] == [

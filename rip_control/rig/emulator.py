@@ -24,6 +24,7 @@ import time
 import tty
 
 from rip_control.rig.dynamics import FurutaDynamics, PendulumParams
+from rip_control.rig.host_firmware import FIRMWARES
 from rip_control.rig.protocol import (
     PROTOCOL_VERSION,
     REPLY_BIT,
@@ -462,7 +463,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     ap.add_argument('--seed', type=int, default=None, help='seed for encoder noise')
     ap.add_argument(
         '--firmware',
-        choices=('python', 'c'),
+        choices=FIRMWARES,
         default='python',
         help='python: this emulator; c: the C firmware of firmware/ built for the host '
         '(make firmware-host), which answers in microseconds as a microcontroller does '

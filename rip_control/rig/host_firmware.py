@@ -24,6 +24,9 @@ import sys
 from rip_control.rig.dynamics import PendulumParams
 
 FIRMWARE_DIR = Path(__file__).resolve().parents[2] / 'firmware'
+FIRMWARES = ('python', 'c')
+"""What can play the rig behind the emulator's pty: the Python emulator, or the C firmware's
+host build (``rig_emulator --firmware c``)."""
 BINARY_ENV = 'RIP_FIRMWARE_HOST'
 HOST_BINARY = FIRMWARE_DIR / 'build' / 'host' / 'rip_fw_host'
 

@@ -23,6 +23,7 @@ from rip_control.params import (
     table_by_name,
     unknown_name,
 )
+from rip_control.rig.host_firmware import FIRMWARES
 
 # console_scripts entry point -> module (setup.py declares the same pairs)
 EXECUTABLES = {
@@ -217,7 +218,6 @@ LAUNCH_ARGUMENTS = (
     ),
 )
 LAUNCH_ARGUMENT_BY_NAME = {a.name: a for a in LAUNCH_ARGUMENTS}
-FIRMWARES = ('python', 'c')
 
 
 RIG_REMAPS = {'transitions': '/transitions', 'policy_weights': '/policy_weights'}

@@ -1,11 +1,13 @@
 """The timing floor of this machine: the bare single-threaded pacer process.
 
-``python -m rip_control.rt.floor --rate 100 --seconds 60 --cpu 1 --out floor.npz``
+``python -m rip_bench.floor --rate 100 --seconds 60 --cpu 1 --out floor.npz`` (the
+benchmarks build that command line with :func:`command`).
 
 One Python thread, SCHED_FIFO, pinned, memory locked, collector off, the same two-stage
 pacer as the control loop, and a 64x64 MLP forward pass per tick - no serial I/O, no
-channels. ``bench timing --baseline floor`` runs it under the same load as the control node,
-so every figure of the node is also reported as a ratio to what this machine can do at all.
+channels. ``python -m rip_bench timing --baseline floor`` runs it under the same load as the
+control node, so every figure of the node is also reported as a ratio to what this machine
+can do at all.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from rip_bench.common import module_command
 from rip_control.files import atomic_write_bytes
 from rip_control.policy import random_actor
 from rip_control.rt.pacer import Pacer
@@ -70,9 +73,8 @@ def run(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line."""
-    p = argparse.ArgumentParser(prog='rip_control.rt.floor', description=__doc__)
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog='python -m rip_bench.floor', description=__doc__)
     p.add_argument('--rate', type=float, required=True)
     p.add_argument('--seconds', type=float, required=True)
     p.add_argument('--cpu', type=int, default=max(os.sched_getaffinity(0)))
@@ -82,7 +84,22 @@ def main(argv: list[str] | None = None) -> int:
         '--cpu-latency-us', type=int, default=-1, help='idle exit latency to hold (-1: leave it)'
     )
     p.add_argument('--out', required=True, help='.npz with the per-tick figures')
-    a = p.parse_args(argv)
+    return p
+
+
+def command(**options: Any) -> list[str]:
+    """The command line that runs the floor with ``options`` (its long options' names).
+
+    ``command(rate=100, seconds=60, out='f.npz')``; an option not given keeps its default.
+
+    :raises ValueError: an option it does not have, named.
+    """
+    return module_command('rip_bench.floor', _parser(), options)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line."""
+    a = _parser().parse_args(argv)
     # A stop signal (a benchmark that used it as a stand-in control loop) ends it quietly,
     # with nothing written: its figures are only kept from a run of the full length.
     signal.signal(signal.SIGTERM, signal.default_int_handler)

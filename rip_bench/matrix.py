@@ -1,6 +1,6 @@
 """The fine-tune as shipped, over seeds and rigs, against the goals it is held to.
 
-``python -m rip_control.bench matrix --rigs config/rig_shifted_worn.yaml ... --seeds 0 1 2``
+``python -m rip_bench matrix --rigs config/rig_shifted_worn.yaml ... --seeds 0 1 2``
 
 For each rig the simulation-only policy is deployed once (deterministic evaluation episodes);
 for each seed the fine-tune runs with ``config/finetune.yaml`` as shipped (regression guard
@@ -30,9 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from rip_control.benchmarks.v5 import DEFAULT_POLICY, arm_parameters, deploy
+from rip_bench.arms import arm_parameters, deploy
+from rip_bench.common import DEFAULT_POLICY, add_deployment_arguments, add_run_arguments
 from rip_control.policy import load_actor_file
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+
+NAME = 'matrix'
+HELP = 'the shipped fine-tune over seeds and rigs, with its goals'
 
 BALANCE_SLACK_S = 0.2
 COLLAPSE_SHARE = 0.8
@@ -41,15 +45,12 @@ FAILED_GOALS = {'balance_ok': False, 'no_collapse': False, 'chatter_ok': False}
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    """The ``matrix`` subcommand's options."""
+    """The ``matrix`` options (the run's defaults are the shipped ones)."""
     ap.add_argument('--rigs', nargs='+', required=True, help='rig physics YAML files')
     ap.add_argument('--seeds', nargs='+', type=int, default=[0, 1, 2])
     ap.add_argument('--policy', default=str(DEFAULT_POLICY), help='simulation-only policy')
-    ap.add_argument('--rate', type=float, default=50.0)
-    ap.add_argument('--episodes', type=int, default=10, help='fine-tune training episodes')
-    ap.add_argument('--episode-seconds', type=float, default=6.0)
-    ap.add_argument('--eval-episodes', type=int, default=5)
-    ap.add_argument('--eval-seconds', type=float, default=10.0)
+    add_run_arguments(ap, 'rate', 'episodes', 'episode_seconds')
+    add_deployment_arguments(ap)
     ap.add_argument(
         '--min-balance',
         action='append',
@@ -60,7 +61,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument('--params-file', default='')
     ap.add_argument('--set', action='append', default=[], metavar='NODE.NAME=VALUE')
     ap.add_argument('--runs-dir', default='')
-    ap.add_argument('--json', default='')
 
 
 def _evaluate(a: argparse.Namespace, rig: str, policy: str, runs: Path, name: str) -> Any:
@@ -120,8 +120,8 @@ def check(
     }
 
 
-def bench_matrix(a: argparse.Namespace) -> dict[str, Any]:
-    """Run every (rig, seed); the JSON document."""
+def run(a: argparse.Namespace) -> dict[str, Any]:
+    """Run every (rig, seed): the JSON record."""
     from rip_control import finetune
 
     runs = Path(a.runs_dir) if a.runs_dir else Path(tempfile.mkdtemp(prefix='rip_matrix_'))
@@ -251,30 +251,4 @@ def _kept_start(cell: dict[str, Any]) -> bool:
     return start is not None and cell.get('best_policy_version') == start
 
 
-def demo_table(summaries: list[dict[str, Any]]) -> str:
-    """Markdown: one row per ``make demo`` run (its ``summary.json``), and the spread."""
-    rows = [
-        '| run | training returns, min-max | balance, min-max | evaluations (verdicts) | '
-        'live / best policy | tick rate | violations |',
-        '|---|---|---|---|---|---|---|',
-    ]
-    every: list[float] = []
-    for i, s in enumerate(summaries, 1):
-        rets, bal = s['episode_returns'], s['balance_s']
-        every += rets
-        verdicts: dict[str, int] = {}
-        for e in s.get('evaluations') or []:
-            verdicts[e['verdict']] = verdicts.get(e['verdict'], 0) + 1
-        ticks = s.get('ticks') or {}
-        rows.append(
-            f'| {i} | {min(rets):.0f}-{max(rets):.0f} | {min(bal):.2f}-{max(bal):.2f} s | '
-            + ', '.join(f'{k} {v}' for k, v in verdicts.items())
-            + f' | v{s.get("live_policy_version")} / v{s.get("best_policy_version")} | '
-            f'{ticks.get("measured_rate_hz", float("nan")):.4f} Hz | '
-            f'{ticks.get("n_violations", "?")} |'
-        )
-    rows.append(
-        f'| all | {min(every):.0f}-{max(every):.0f} ({len(every)} episodes, '
-        f'{sum(r < 200 for r in every)} below 200) | | | | | |'
-    )
-    return '\n'.join(rows)
+TABLES = {NAME: matrix_table}

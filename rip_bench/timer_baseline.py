@@ -5,7 +5,8 @@ executor, the weights subscription and the transition publisher in the same proc
 the same GIL. It exists only to be measured beside the dedicated paced thread of
 :mod:`rip_control.ros.control_node`; do not drive a rig with it.
 
-``python -m rip_control.timer_baseline --port DEV --rate 50 --seconds 60 --json out.json``
+``python -m rip_bench.timer_baseline --port DEV --rate 50 --seconds 60 --json out.json``
+(``python -m rip_bench timing --baseline rclpy-timer`` runs it, through :func:`command`).
 """
 
 from __future__ import annotations
@@ -14,21 +15,25 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
 import numpy as np
-import rclpy
-from rclpy.executors import SingleThreadedExecutor
-from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
+from rip_bench.common import module_command
 from rip_control.policy import PolicyRejected, PolicySnapshot, decode_actor, random_actor
 from rip_control.rig.client import LowLevelClient, RigError
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE, RealRotaryInvertedPendulumEnv, TaskConfig
-from rip_control.ros.qos import TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.transitions import Transition
 
 
 def run(port: str, rate_hz: float, seconds: float, max_action_v: float) -> dict:
     """Tick the rig from an rclpy timer for ``seconds``; return the raw tick times."""
+    import rclpy  # here: the benchmarks build this program's command line without ROS
+    from rclpy.executors import SingleThreadedExecutor
+    from std_msgs.msg import Float32MultiArray, UInt8MultiArray
+
+    from rip_control.ros.qos import TRANSITIONS_QOS, WEIGHTS_QOS
+
     rclpy.init()
     node = rclpy.create_node('rip_timer_baseline')
     client = LowLevelClient(port)
@@ -112,15 +117,27 @@ def run(port: str, rate_hz: float, seconds: float, max_action_v: float) -> dict:
     return {'tick_times_s': times, 'serial_errors': len(serial_errors)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: run the baseline and write its tick times as JSON."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog='python -m rip_bench.timer_baseline', description=__doc__)
     ap.add_argument('--port', required=True)
     ap.add_argument('--rate', type=float, default=50.0)
     ap.add_argument('--seconds', type=float, default=10.0)
     ap.add_argument('--max-action-v', type=float, default=1.0)
     ap.add_argument('--json', required=True)
-    a = ap.parse_args(argv)
+    return ap
+
+
+def command(**options: Any) -> list[str]:
+    """The command line that runs the baseline with ``options`` (its long options' names).
+
+    :raises ValueError: an option it does not have, named.
+    """
+    return module_command('rip_bench.timer_baseline', _parser(), options)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: run the baseline and write its tick times as JSON."""
+    a = _parser().parse_args(argv)
     result = run(a.port, a.rate, a.seconds, a.max_action_v)
     with open(a.json, 'w') as f:
         json.dump(result, f)

@@ -4,7 +4,8 @@ The ``sac`` load of the timing benchmark, and the "SB3 alone" side of the learne
 throughput benchmark. Prints ``READY`` once the buffer is filled and the first update ran,
 then trains until ``--seconds`` pass or SIGINT/SIGTERM, and writes updates/s as JSON.
 
-``python -m rip_learner.train_load --seconds 60 --json load.json``
+``python -m rip_bench.train_load --seconds 60 --json load.json``; the benchmarks build that
+command line with :func:`command`.
 """
 
 from __future__ import annotations
@@ -16,39 +17,42 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rip_control import run_files
-from rip_learner.fast_sac import FastSacUpdate
-from rip_learner.sac import SacConfig, build_sac, prefill_random
+from rip_bench.common import module_command
+from rip_control.params import LEARNER_PARAMETERS, defaults
+
+if TYPE_CHECKING:  # torch and SB3 load in main(): the benchmarks import this module for command()
+    from rip_learner.fast_sac import FastSacUpdate
 
 IMPLS = ('sb3', 'fast', 'shipped')
-# config/finetune.yaml's update: half of each batch from the shipped prior data, the
-# smoothness term against the initial actor's chatter.
-SHIPPED_PRIOR_RATIO = 0.5
-SHIPPED_SMOOTHNESS = 5.0
 
 
 def shipped_update(model: Any) -> FastSacUpdate:
-    """fast_sac's update as config/finetune.yaml runs it, on the shipped 50 Hz prior data."""
-    from rip_control.run_files import packaged_policy
+    """fast_sac's update as the learner ships it, on the shipped 50 Hz prior data.
+
+    The prior share and the smoothness weight are the parameter table's defaults; the
+    smoothness term is measured against the initial actor's chatter.
+    """
+    from rip_control.run_files import PRIOR_DATA, packaged_policy
     from rip_learner import buffer_store
+    from rip_learner.fast_sac import FastSacUpdate
     from rip_learner.sac import ACTION_SIZE, OBS_SIZE
 
-    path = packaged_policy(50.0).with_name(run_files.PRIOR_DATA)
+    shipped = defaults(LEARNER_PARAMETERS)
+    path = packaged_policy(50.0).with_name(PRIOR_DATA)
     arrays, _ = buffer_store.load(path, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
     return FastSacUpdate(
         model,
         prior=arrays,
-        prior_ratio=SHIPPED_PRIOR_RATIO,
-        smoothness=SHIPPED_SMOOTHNESS,
+        prior_ratio=float(shipped['prior_ratio']),
+        smoothness=float(shipped['smoothness']),
         smoothness_reference=model.actor,
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line; see the module docstring."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog='python -m rip_bench.train_load', description=__doc__)
     ap.add_argument('--hidden', default='64,64', help='hidden layer widths, e.g. 256,256')
     ap.add_argument('--batch', type=int, default=256)
     ap.add_argument('--threads', type=int, default=1, help='torch intra-op threads')
@@ -62,9 +66,28 @@ def main(argv: list[str] | None = None) -> int:
         '--impl',
         choices=IMPLS,
         default='sb3',
-        help="SB3's train(), fast_sac's, or fast_sac's with config/finetune.yaml's safeguards",
+        help="SB3's train(), fast_sac's, or fast_sac's with the shipped safeguards",
     )
-    a = ap.parse_args(argv)
+    return ap
+
+
+def command(**options: Any) -> list[str]:
+    """The command line that runs this load with ``options`` (its long options' names).
+
+    ``command(json='out.json', nice=10)`` is ``python -m rip_bench.train_load --json out.json
+    --nice 10``; an option not given keeps its default here.
+
+    :raises ValueError: an option it does not have, named.
+    """
+    return module_command('rip_bench.train_load', _parser(), options)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line; see the module docstring."""
+    from rip_learner.fast_sac import FastSacUpdate
+    from rip_learner.sac import SacConfig, build_sac, prefill_random
+
+    a = _parser().parse_args(argv)
     if a.nice:
         os.nice(a.nice)
     cpus = os.sched_getaffinity(0) - {a.avoid_cpu}

@@ -1,6 +1,6 @@
 """Serial round trips to the rig: the Python emulator beside the C firmware's host build.
 
-``python -m rip_control.bench serial-roundtrip --rate 500 --seconds 20 --repeats 3 --load sac``
+``python -m rip_bench serial-roundtrip --rate 500 --seconds 20 --repeats 3 --load sac``
 
 For each repeat, each firmware in turn (the order alternates between repeats) is started
 behind a pty, engaged, and driven as the control loop drives it: at ``--rate`` Hz, one
@@ -9,7 +9,7 @@ Each request's round trip is timed on the host (write, the device's work, read b
 parse), and the device process's CPU use is read from ``/proc``. A request unanswered within
 the client's 10 ms timeout (the control loop's) is counted, not timed; a deadman trip it
 causes is counted and the rig engaged again. Figures per repeat and
-pooled: mean, std, p50, p99, max in milliseconds.
+pooled: mean, std, p50, p99, max in milliseconds; ``--load`` runs beside it throughout.
 """
 
 from __future__ import annotations
@@ -23,19 +23,21 @@ from typing import Any
 
 import numpy as np
 
+from rip_bench.common import LOADS, Load, machine
 from rip_control.rig.client import LowLevelClient, RigProtocolError, RigTimeout
 from rip_control.rig.emulator_process import EmulatorProcess
+from rip_control.rig.host_firmware import FIRMWARES
 
-FIRMWARES = ('python', 'c')
+NAME = 'serial-roundtrip'
+HELP = 'serial round trips: the Python emulator beside the C firmware'
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    """The ``serial-roundtrip`` subcommand's options."""
+    """The ``serial-roundtrip`` options."""
     ap.add_argument('--rate', type=float, default=500.0, help='requests pairs per second')
     ap.add_argument('--seconds', type=float, default=20.0, help='per firmware and repeat')
     ap.add_argument('--repeats', type=int, default=3)
-    ap.add_argument('--load', choices=('none', 'hog', 'sac'), default='none')
-    ap.add_argument('--json', default='')
+    ap.add_argument('--load', choices=LOADS, default='none')
 
 
 def _summary(ms: np.ndarray) -> dict[str, float]:
@@ -99,8 +101,18 @@ def measure_one(firmware: str, rate: float, seconds: float, workdir: Path) -> di
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
-    """All repeats; the JSON document (also printed as it goes)."""
+    """All repeats under the load: the JSON record (printed as it goes, then as a table)."""
     workdir = Path(tempfile.mkdtemp(prefix='rip_rtt_'))
+    with Load(a.load, workdir, 0) as load:
+        doc = _measure(a, workdir)
+        doc['load_result'] = load.result()
+    doc['machine'] = machine()
+    print(roundtrip_table(doc))
+    return doc
+
+
+def _measure(a: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """Every repeat, each firmware in turn (alternating): the record without the load."""
     runs: list[dict[str, Any]] = []
     for repeat in range(a.repeats):
         order = FIRMWARES if repeat % 2 == 0 else FIRMWARES[::-1]
@@ -123,6 +135,11 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         'load': a.load,
         'runs': runs,
     }
+
+
+def table(records: list[dict[str, Any]]) -> str:
+    """The round-trip table of each file, one after the other (a file is one rate and load)."""
+    return '\n\n'.join(roundtrip_table(doc) for doc in records)
 
 
 def roundtrip_table(doc: dict[str, Any]) -> str:
@@ -155,3 +172,6 @@ def roundtrip_table(doc: dict[str, Any]) -> str:
         name = 'Python emulator' if firmware == 'python' else 'C firmware (host build)'
         rows.append(f'| {name} | {" | ".join(cells)} | {cpu} | {timeouts} |')
     return '\n'.join(rows)
+
+
+TABLES = {NAME: table}

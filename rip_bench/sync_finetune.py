@@ -1,7 +1,7 @@
 """The fine-tune done the old, synchronous way: SB3 ``SAC.learn()`` on a self-pacing rig env.
 
 This is the pattern the package exists to replace, kept as the V5 baseline
-(``python -m rip_control.benchmarks.bench v5``). The env sleeps to the next tick inside ``step()``;
+(:mod:`rip_bench.v5`). The env sleeps to the next tick inside ``step()``;
 gradient updates run between steps in the same thread, so every tick that follows
 ``K`` updates is late and the real rate stretches. The policy learns the dynamics of the
 stretched period and is then deployed at the configured rate.
@@ -28,6 +28,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rip_control import run_files
 from rip_control.files import atomic_write_bytes
 from rip_control.policy import encode_actor, load_actor_file
 from rip_control.rig.client import LowLevelClient, RigProtocolError, RigTimeout
@@ -40,8 +41,6 @@ from rip_learner.sac import (
     build_sac,
     load_initial_networks,
 )
-
-POLICY_FILE = 'policy.safetensors'
 
 
 class DeadmanTolerantEnv(gym.Wrapper):
@@ -216,12 +215,12 @@ def sync_finetune(
         model.learn(total_timesteps=10**9, callback=_Episodes())
         meta = actor_meta(cfg, 1, rate_hz)
         extra = {'trained_in': 'sync SAC.learn() on the rig', 'source_policy': policy}
-        atomic_write_bytes(out / POLICY_FILE, encode_actor(meta, actor_tensors(model), extra))
+        atomic_write_bytes(out / run_files.POLICY, encode_actor(meta, actor_tensors(model), extra))
     finally:
         env.rig.disengage_safely()
         client.close()
     result = SyncResult(
-        policy=str(out / POLICY_FILE),
+        policy=str(out / run_files.POLICY),
         episodes=len(returns),
         steps=len(dts),
         deadman_trips=env.deadman_trips,

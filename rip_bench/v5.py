@@ -1,11 +1,11 @@
 """V5: from simulation to a shifted rig, three ways, measured in deployment.
 
-``python -m rip_control.benchmarks.bench v5 --rig config/rig_shifted_heavy.yaml --json PATH``
+``python -m rip_bench v5 --rig config/rig_shifted_heavy.yaml --json PATH``
 
 (a) the simulation-only policy deployed on the shifted rig; (b) the same policy after the
 asynchronous fine-tune (:mod:`rip_control.finetune`: learner in its own process, the control
 loop at the exact rate); (c) the same fine-tune done synchronously
-(:mod:`rip_learner.sync_finetune`: SB3 ``learn()`` with a self-pacing env whose real rate
+(:mod:`rip_bench.sync_finetune`: SB3 ``learn()`` with a self-pacing env whose real rate
 stretches), deployed at the configured rate. Each is evaluated by :mod:`rip_control.evaluate`
 (deterministic, no learning) on the same rig, and the plots a user wants are written next to
 the JSON: balance-window histogram per policy, the fine-tunes' tick-interval histograms, and
@@ -21,8 +21,8 @@ samples as the file says.
 The regression guard is off in both (``--guard N`` turns it on for (b), which then deploys its
 ``policy_best``), so both deploy their last policy.
 
-``... bench matrix`` runs the fine-tune as shipped (guard on) over seeds and rigs and checks
-the goals: deployment balance against the simulation-only policy, no collapse of training
+:mod:`rip_bench.matrix` runs the fine-tune as shipped (guard on) over seeds and rigs and
+checks the goals: deployment balance against the simulation-only policy, no collapse of training
 returns, and chatter.
 """
 
@@ -37,24 +37,21 @@ from typing import Any
 
 import numpy as np
 
+from rip_bench.arms import arm_parameters, deploy, sac_config, safeguards
+from rip_bench.common import DEFAULT_POLICY, add_deployment_arguments, add_run_arguments
 from rip_control.rig.emulator_process import EmulatorProcess
 from rip_control.stats import tick_stats
 
-DEFAULT_POLICY = (
-    Path(__file__).resolve().parents[2] / 'policies' / 'sim_50hz' / 'policy.safetensors'
-)
+NAME = 'v5'
+HELP = 'V5: sim-only vs async vs sync fine-tune on a shifted rig'
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    """The ``v5`` subcommand's options."""
+    """The ``v5`` options (the run's defaults are the shipped ones)."""
     ap.add_argument('--rig', default='config/rig_shifted_heavy.yaml', help='shifted rig physics')
     ap.add_argument('--policy', default=str(DEFAULT_POLICY), help='simulation-only policy')
-    ap.add_argument('--rate', type=float, default=50.0)
-    ap.add_argument('--episodes', type=int, default=10, help='fine-tune episodes')
-    ap.add_argument('--episode-seconds', type=float, default=6.0)
-    ap.add_argument('--gradient-steps', type=int, default=4)
-    ap.add_argument('--eval-episodes', type=int, default=5)
-    ap.add_argument('--eval-seconds', type=float, default=10.0)
+    add_run_arguments(ap, 'rate', 'episodes', 'episode_seconds', 'gradient_steps')
+    add_deployment_arguments(ap)
     ap.add_argument('--runs-dir', default='', help='where the runs go (default: a temp dir)')
     ap.add_argument('--plots', default='', help='folder for the PNGs (default: beside --json)')
     ap.add_argument(
@@ -82,72 +79,16 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument('--skip-sync', action='store_true', help='no (c): the async arm only')
     ap.add_argument('--label', default='', help='a name for this configuration (tables)')
-    ap.add_argument('--json', default='')
-
-
-def arm_parameters(a: argparse.Namespace, runs: Path) -> tuple[Path, dict[str, Any]]:
-    """The parameter file both arms run with, written into ``runs``; and its learner section."""
-    import yaml
-
-    from rip_control.run.launching import CONTROL, LEARNER, node_parameters
-
-    given = {'params_file': a.params_file} if a.params_file else {}
-    params = node_parameters(given)  # the shipped defaults, and the file over them
-    doc = {node: {'ros__parameters': params[node]} for node in (CONTROL, LEARNER)}
-    control = doc[CONTROL]['ros__parameters']
-    learner = doc[LEARNER]['ros__parameters']
-    control['seed'] = learner['seed'] = a.seed
-    if a.guard is not None:  # None: as the file says
-        control['eval_every_episodes'] = a.guard
-    if a.hidden:
-        control['hidden_sizes'] = learner['hidden_sizes'] = [int(h) for h in a.hidden.split(',')]
-    for item in a.set:
-        key, eq, value = item.partition('=')
-        node, _, name = key.partition('.')
-        if node not in doc or not name or not eq:
-            raise ValueError(
-                f'--set {item}: expected rip_control.NAME=VALUE or rip_learner.NAME=VALUE'
-            )
-        doc[node]['ros__parameters'][name] = yaml.safe_load(value) if value else ''
-    runs.mkdir(parents=True, exist_ok=True)
-    path = runs / 'params.yaml'
-    path.write_text(yaml.safe_dump(doc))
-    return path, learner
-
-
-def deploy(a: argparse.Namespace, rig: str, policy: str, runs: Path, run_name: str) -> Any:
-    """Evaluate ``policy`` on ``rig`` (``a.eval_episodes`` x ``a.eval_seconds``): the report.
-
-    :raises RuntimeError: the evaluation failed, with the reason.
-    """
-    from rip_control.evaluate import evaluate
-
-    print(f'-- evaluating {run_name}: {policy} on {rig}', flush=True)
-    report = evaluate(
-        {
-            'policy': policy,
-            'rig_params': rig,
-            'rate': str(a.rate),
-            'episodes': str(a.eval_episodes),
-            'episode_seconds': str(a.eval_seconds),
-            'run_name': run_name,
-            'runs_dir': str(runs),
-        },
-        stream_logs=False,
-    )
-    if report['failure']:
-        raise RuntimeError(f'evaluation {run_name} failed: {report["failure"]}')
-    return report
 
 
 def _evaluate(a: argparse.Namespace, policy: str, runs: Path, name: str) -> dict[str, Any]:
     return deploy(a, a.rig, policy, runs, f'eval_{name}')
 
 
-def bench_v5(a: argparse.Namespace) -> dict[str, Any]:
-    """Run (a), (b), (c) and their evaluations; write the plots."""
+def run(a: argparse.Namespace) -> dict[str, Any]:
+    """Run (a), (b), (c) and their evaluations, write the plots: the JSON record."""
+    from rip_bench.sync_finetune import sync_finetune
     from rip_control import finetune
-    from rip_learner.sync_finetune import sync_finetune
 
     runs = Path(a.runs_dir) if a.runs_dir else Path(tempfile.mkdtemp(prefix='rip_v5_'))
     if not Path(a.policy).is_file():
@@ -274,57 +215,6 @@ def rig_episodes(timing_csv: Path) -> list[dict[str, Any]]:
             }
             for r in csv.DictReader(f)
         ]
-
-
-def sac_config(lp: dict[str, Any]) -> Any:
-    """The learner's SAC hyperparameters from its parameter section (for the sync arm)."""
-    from rip_learner.sac import SacConfig
-
-    return SacConfig.from_params(lp)
-
-
-def safeguards(lp: dict[str, Any], policy: str, rate_hz: float) -> dict[str, Any]:
-    """The learner's update and safeguards from its parameter section, for the sync arm."""
-    from rip_control.run_files import PRIOR_DATA as PRIOR_DATA_FILE
-    from rip_control.run_files import packaged_policy
-    from rip_learner import buffer_store
-
-    prior = None
-    path = str(lp.get('prior_data') or '')
-    if path == 'auto':  # as the learner resolves it (Trainer.prior_data_path)
-        found = [
-            Path(p).with_name(PRIOR_DATA_FILE)
-            for p in (policy, str(packaged_policy(rate_hz)))
-            if Path(p).with_name(PRIOR_DATA_FILE).exists()
-        ]
-        path = str(found[0]) if found else ''
-    if path:
-        from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
-
-        prior, _ = buffer_store.load(
-            path, rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
-        )
-    return {
-        'fast_updates': bool(lp.get('fast_updates')),
-        'critic_warmup_updates': int(lp.get('critic_warmup_updates', 0)),
-        'prior': prior,
-        'prior_ratio': float(lp.get('prior_ratio', 0.0)),
-        'smoothness': float(lp.get('smoothness', 0.0)),
-        'smoothness_reference': smoothness_reference(lp),
-    }
-
-
-def smoothness_reference(lp: dict[str, Any]) -> str:
-    """The learner section's ``smoothness_reference``, checked as the learner checks it."""
-    from rip_learner.learner_settings import SMOOTHNESS_REFERENCES
-
-    value = lp.get('smoothness_reference', 'none')
-    if value not in SMOOTHNESS_REFERENCES:
-        raise ValueError(
-            f'rip_learner.smoothness_reference must be one of {", ".join(SMOOTHNESS_REFERENCES)}, '
-            f'got {value!r}'
-        )
-    return str(value)
 
 
 def _print_table(doc: dict[str, Any]) -> None:
@@ -561,3 +451,6 @@ def _plot(
         fig.tight_layout()
         fig.savefig(folder / f'{stem}_rig_time.png', dpi=100)
         plt.close(fig)
+
+
+TABLES = {NAME: v5_table, 'v5-seeds': v5_seeds_table, 'safeguards': safeguards_table}

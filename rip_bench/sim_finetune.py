@@ -1,8 +1,8 @@
 """The fine-tune's learning side on a simulated rig, in minutes instead of an hour.
 
-``python -m rip_control.bench sim-finetune --rig config/rig_shifted_worn.yaml --seeds 0 1 2``
+``python -m rip_bench sim-finetune --rig config/rig_shifted_worn.yaml --seeds 0 1 2``
 
-A proxy for the question the matrix asks of the real fine-tune (``bench matrix``): does the
+A proxy for the question the matrix asks of the real fine-tune (:mod:`rip_bench.matrix`): does the
 learner's update, as ``config/finetune.yaml`` configures it (with ``--set`` overrides), make
 the starting policy better or worse on a shifted rig? It runs the same pieces in one process:
 SB3's SAC with the policy's saved critics and entropy coefficient
@@ -18,7 +18,7 @@ allows.
 
 What it leaves out is timing: no real-time loop, no DDS, no update lagging behind the
 transitions (here the updates owed are run every 50 transitions). So it says nothing about
-rates; the real fine-tune (``bench matrix``, ``bench v5``) is the measurement, this is the
+rates; the real fine-tune (``matrix``, ``v5``) is the measurement, this is the
 quick way to find which setting is worth measuring there.
 """
 
@@ -34,27 +34,27 @@ from typing import Any
 import numpy as np
 import yaml
 
-from rip_control.benchmarks.v5 import DEFAULT_POLICY, arm_parameters, sac_config, safeguards
+from rip_bench.arms import arm_parameters, sac_config, safeguards
+from rip_bench.common import DEFAULT_POLICY, add_deployment_arguments, add_run_arguments
 from rip_control.rt.gate import PolicyGate
 
+NAME = 'sim-finetune'
+HELP = "the fine-tune's learning side on a simulated rig (minutes)"
 UPDATE_EVERY = 50  # transitions between the calls that run the updates owed
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    """The ``sim-finetune`` subcommand's options."""
+    """The ``sim-finetune`` options (episodes and their length default to the shipped ones)."""
     ap.add_argument('--rig', required=True, help='rig physics YAML file')
     ap.add_argument('--seeds', nargs='+', type=int, default=[0])
     ap.add_argument('--policy', default=str(DEFAULT_POLICY), help='the starting policy')
-    ap.add_argument('--episodes', type=int, default=10, help='training episodes')
-    ap.add_argument('--episode-seconds', type=float, default=6.0)
-    ap.add_argument('--eval-episodes', type=int, default=5, help='of the final deployment')
-    ap.add_argument('--eval-seconds', type=float, default=10.0)
+    add_run_arguments(ap, 'episodes', 'episode_seconds')
+    add_deployment_arguments(ap)
     ap.add_argument('--params-file', default='', help='default: config/finetune.yaml')
     ap.add_argument('--guard', type=int, default=None, help='eval_every_episodes (0: off)')
     ap.add_argument('--hidden', default='', help='e.g. 256,256 (actor and critics)')
     ap.add_argument('--set', action='append', default=[], metavar='NODE.NAME=VALUE')
     ap.add_argument('--label', default='')
-    ap.add_argument('--json', default='')
 
 
 @dataclass(frozen=True)
@@ -224,8 +224,8 @@ def run_one(a: argparse.Namespace, seed: int, runs: Path) -> dict[str, Any]:
     }
 
 
-def bench_sim_finetune(a: argparse.Namespace) -> dict[str, Any]:
-    """Every seed on the rig, and the starting policy deployed beside them."""
+def run(a: argparse.Namespace) -> dict[str, Any]:
+    """Every seed on the rig, and the starting policy deployed beside them: the JSON record."""
     import tempfile
 
     from rip_control.policy import load_actor_file
@@ -284,3 +284,6 @@ def sim_finetune_table(docs: list[dict[str, Any]]) -> str:
             f'{d["starting_policy"]["action_tv_per_s"]:.1f} / {tv:.1f} |'
         )
     return '\n'.join(rows)
+
+
+TABLES = {NAME: sim_finetune_table}

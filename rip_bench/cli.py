@@ -1,0 +1,163 @@
+"""The ``python -m rip_bench`` command line, built from the benchmarks' registry.
+
+One subcommand per benchmark module (its ``NAME``, ``HELP``, ``add_arguments``), each with
+``--json PATH``; and ``table KIND FILE...``, which prints the markdown table of saved records
+(``KIND``: a benchmark's name or one of its further tables, e.g. ``v5-seeds``). Every run is
+wrapped here, once: DDS kept on loopback (unless the caller set ``ROS_AUTOMATIC_DISCOVERY_RANGE``
+/ ``ROS_DOMAIN_ID``), the host's CPU steal measured around it, the record written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+import json
+from pathlib import Path
+import time
+from typing import Any, Protocol
+
+from rip_bench import (
+    bag_roundtrip,
+    demo,
+    e2e,
+    learner_throughput,
+    matrix,
+    serial_roundtrip,
+    sim_finetune,
+    sync_baseline,
+    timing,
+    v5,
+)
+from rip_control.files import atomic_write_bytes
+from rip_control.procs import ensure_loopback_dds
+from rip_control.stats import cpu_times, steal_fraction
+
+Table = Callable[[list[dict[str, Any]]], str]
+
+
+class Benchmark(Protocol):
+    """What a benchmark module defines (``TABLES`` too, where it has tables)."""
+
+    NAME: str
+    HELP: str
+
+    def add_arguments(self, ap: argparse.ArgumentParser) -> None:
+        """Add the benchmark's options to its subcommand's parser."""
+
+    def run(self, args: argparse.Namespace) -> dict[str, Any]:
+        """Run the benchmark with the parsed options; the JSON record."""
+
+
+# In the order ``--help`` lists them.
+BENCHMARKS: tuple[Benchmark, ...] = (
+    timing,
+    sync_baseline,
+    e2e,
+    learner_throughput,
+    v5,
+    matrix,
+    sim_finetune,
+    bag_roundtrip,
+    serial_roundtrip,
+)
+
+
+def _tables() -> dict[str, Table]:
+    """Every table kind, from the modules that have tables; a kind named twice is refused."""
+    out: dict[str, Table] = {}
+    modules: list[Any] = [*BENCHMARKS, demo]  # demo has a table and no run
+    for module in modules:
+        for kind, table in getattr(module, 'TABLES', {}).items():
+            if kind in out:
+                raise ValueError(f'table kind {kind!r} is defined twice ({module.__name__})')
+            out[kind] = table
+    return out
+
+
+TABLES = _tables()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser: one subcommand per benchmark, and ``table``."""
+    import rip_bench
+
+    ap = argparse.ArgumentParser(
+        prog='python -m rip_bench',
+        description='\n\n'.join((rip_bench.__doc__ or '').split('\n\n')[:2]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = ap.add_subparsers(dest='command', required=True, metavar='COMMAND')
+    for module in BENCHMARKS:
+        p = sub.add_parser(
+            module.NAME,
+            help=module.HELP,
+            description=getattr(module, '__doc__', None),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(p)
+        p.add_argument('--json', default='', metavar='PATH', help='write the record here')
+    t = sub.add_parser('table', help='markdown table of saved records, e.g. table timing FILE...')
+    t.add_argument('kind', choices=sorted(TABLES), metavar='KIND', help=', '.join(sorted(TABLES)))
+    t.add_argument('files', nargs='+', metavar='FILE')
+    return ap
+
+
+def read_records(paths: list[str]) -> list[dict[str, Any]]:
+    """The JSON records in ``paths``, in order.
+
+    :raises ValueError: a file that is missing or is not a JSON object, named.
+    """
+    records = []
+    for path in paths:
+        try:
+            record = json.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ValueError(f'{path}: cannot be read ({exc.strerror})') from exc
+        except json.JSONDecodeError as exc:
+            raise ValueError(f'{path}: not JSON ({exc})') from exc
+        if not isinstance(record, dict):
+            raise ValueError(f'{path}: a record is a JSON object, this is {type(record).__name__}')
+        records.append(record)
+    return records
+
+
+def run_measured(benchmark: Benchmark, args: argparse.Namespace) -> dict[str, Any]:
+    """``benchmark.run(args)``, its record with the host's CPU steal meanwhile (``host_steal``).
+
+    The VM's host taking CPU time is a stall no code here can prevent: a figure measured
+    under it says so.
+    """
+    start, t0 = cpu_times(), time.monotonic()
+    record = benchmark.run(args)
+    record['host_steal'] = {
+        'fraction': steal_fraction(start, cpu_times()),
+        'wall_s': time.monotonic() - t0,
+    }
+    return record
+
+
+def write_record(path: str, record: dict[str, Any]) -> None:
+    """The record as indented JSON at ``path``, atomically (a crash leaves the old file)."""
+    atomic_write_bytes(path, (json.dumps(record, indent=2) + '\n').encode())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line; see the module docstring. Exit status 2 for bad arguments or files."""
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    if a.command == 'table':
+        try:
+            records = read_records(a.files)
+        except ValueError as exc:
+            ap.exit(2, f'{ap.prog} table: error: {exc}\n')
+        print(TABLES[a.kind](records))
+        return 0
+    benchmark = next(m for m in BENCHMARKS if m.NAME == a.command)
+    ensure_loopback_dds()
+    record = run_measured(benchmark, a)
+    share = record['host_steal']['fraction']
+    print(f'host steal: {100 * share:.1f} % of the CPU time during the benchmark', flush=True)
+    if a.json:
+        write_record(a.json, record)
+        print(f'wrote {a.json}', flush=True)
+    return 0

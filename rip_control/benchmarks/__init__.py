@@ -1,1 +1,0 @@
-"""Benchmarks that print numbers and save them as JSON."""

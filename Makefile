@@ -5,9 +5,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-# Keep DDS traffic on loopback. Each make invocation gets its own domain id unless one is set.
+# Keep DDS traffic on loopback. Each make invocation gets its own domain id unless one is set
+# (the rule is bench/dds_env.sh's, which every script sources).
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
-export ROS_DOMAIN_ID ?= $(shell echo $$(( ($$$$ % 50) + 51 )))
+ifndef ROS_DOMAIN_ID
+export ROS_DOMAIN_ID := $(shell . ./bench/dds_env.sh && echo $$ROS_DOMAIN_ID)
+endif
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 export PYTHONUNBUFFERED := 1
 

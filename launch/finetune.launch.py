@@ -4,16 +4,20 @@ Starts, per rig, the rig emulator (when ``serial_port`` is empty) and the contro
 lifecycle node), one learner, and the supervisor (:mod:`rip_control.run.supervisor`). With
 ``rigs:=N`` the control nodes run in namespaces ``rig0``... and their ``transitions`` and
 ``policy_weights`` are remapped onto the learner's ``/transitions`` and ``/policy_weights``.
-All nodes read ``params_file`` (default: the installed ``config/finetune.yaml``) with the
-arguments over it, typed by the package's one parameter table (``rate:=50`` is the double
-50.0). The processes and their parameters come from ``rip_control.finetune.plan``, the same
-function ``python -m rip_control.finetune`` (the runner for machines without ``ros2 launch``)
-starts them from, so the two cannot drift; a bad argument is refused before any process starts.
+Every node starts from the parameter table's defaults (what the product ships), with
+``params_file`` over them (none by default; the installed ``config/finetune.yaml`` is an
+example) and an argument over the file only when it is typed, all typed by the package's one
+parameter table (``rate:=50`` is the double 50.0). The processes and their parameters come
+from :func:`rip_control.run.launching.plan`, the same function ``python -m
+rip_control.finetune`` (the runner for machines without ``ros2 launch``) starts them from, so
+the two cannot drift; a bad argument is refused before any process starts. ``rig_firmware:=c``
+has the C firmware's host build play the emulated rig.
 
 Order, event-driven: the control nodes and the supervisor start once every emulator has
 printed its READY line; the supervisor configures each control node, activates it once its
-``transitions`` publisher has matched the learner, and when the episodes are done turns the
-motors off and waits for the learner to hold every transition. Its exit ends the launch (the
+``transitions`` publisher has matched the learner, and when the episodes are done (or the
+operator deactivated a rig) turns the motors off and waits for the learner to hold every
+transition. Its exit ends the launch (the
 learner saves its buffer on the way out); a failure ends it with a non-zero status. Ctrl-C
 stops every process at once: each control node disengages on its own signal, the learner
 saves, and the emulators wait (``--stop-grace-ms``) for the host's disengage before powering

@@ -3,7 +3,7 @@
 ``python -m rip_bench bag-roundtrip --transitions 30000``
 
 The recorder's writer and the learner's importer with its checks
-(:mod:`rip_control.ros.bags`): transitions per second each way and bytes per transition.
+(:mod:`rip_control.bags`): transitions per second each way and bytes per transition.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace) -> dict[str, Any]:
     """Write ``--transitions`` into a bag and import them again: the JSON record."""
     from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
-    from rip_control.ros.bags import BagWriter, read_transitions, serialize
+    from rip_control.bags import BagWriter, read_transitions, serialize
     from rip_control.transitions import Transition, field_layout
 
     layout = list(field_layout(OBS_SIZE, ACTION_SIZE))

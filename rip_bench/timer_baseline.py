@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from rip_bench.common import module_command
-from rip_control.policy import PolicyRejected, PolicySnapshot, decode_actor, random_actor
+from rip_control.policy import PolicyRejected, decode_actor, random_actor
 from rip_control.rig.client import LowLevelClient, RigError
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE, RealRotaryInvertedPendulumEnv, TaskConfig
 from rip_control.transitions import Transition
@@ -40,7 +40,9 @@ def run(port: str, rate_hz: float, seconds: float, max_action_v: float) -> dict:
     client.open()
     task = TaskConfig.from_params(rate_hz=rate_hz, episode_seconds=6.0, max_action_v=max_action_v)
     env = RealRotaryInvertedPendulumEnv(client, task)
-    snapshot = PolicySnapshot(random_actor(OBS_SIZE, ACTION_SIZE, (64, 64), rate_hz))
+    # The latest actor: replaced whole by the weights callback, read once per tick (one
+    # thread here, so a plain slot is the whole hand-off).
+    latest = [random_actor(OBS_SIZE, ACTION_SIZE, (64, 64), rate_hz)]
     pub = node.create_publisher(Float32MultiArray, 'transitions', TRANSITIONS_QOS)
     rng = np.random.default_rng(0)
     times: list[float] = []
@@ -54,9 +56,9 @@ def run(port: str, rate_hz: float, seconds: float, max_action_v: float) -> dict:
                 rate_hz=rate_hz,
                 obs_size=OBS_SIZE,
                 action_size=ACTION_SIZE,
-                min_version=snapshot.version,
+                min_version=latest[0].version,
             )
-            snapshot.write_from_non_rt(actor, time.monotonic())
+            latest[0] = actor
         except PolicyRejected:
             pass
 
@@ -88,7 +90,7 @@ def run(port: str, rate_hz: float, seconds: float, max_action_v: float) -> dict:
                 term,
                 trunc,
                 float(info['dt_s']),
-                snapshot.version,
+                latest[0].version,
             )
             pub.publish(Float32MultiArray(data=t.pack().tolist()))
             if term or trunc:
@@ -96,7 +98,7 @@ def run(port: str, rate_hz: float, seconds: float, max_action_v: float) -> dict:
                 env.begin_reset()
                 return
             obs = next_obs
-        action = snapshot.read_from_rt().act(obs, rng.standard_normal(1).astype(np.float32))
+        action = latest[0].act(obs, rng.standard_normal(1).astype(np.float32))
         env.apply_action(action)
         state['obs'], state['last_action'] = obs, action
 

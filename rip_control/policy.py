@@ -5,8 +5,8 @@ and a log-std head, tanh-squashed) into safetensors bytes with metadata and back
 everything a control node must know before it lets the weights drive a motor: the format,
 the architecture and every tensor shape, that all values are finite, the control rate and
 the observation/action sizes. :class:`NumpyActor` runs the forward pass in numpy (no torch
-in the control process). :class:`PolicySnapshot` hands a new actor to the control thread
-without ever making it wait.
+in the control process); the real-time process reads the latest actor from a shared-memory
+slot (:mod:`rip_control.rt.channels`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import json
 import math
 from pathlib import Path
 import struct
-import threading
 
 import numpy as np
 from safetensors.numpy import load as st_load
@@ -285,39 +284,3 @@ def load_actor_file(
         return decode_actor(data, rate_hz=rate_hz, obs_size=obs_size, action_size=action_size)
     except PolicyRejected as exc:
         raise PolicyRejected(f'{path}: {exc}') from None
-
-
-class PolicySnapshot:
-    """Latest-value hand-off of the actor from the non-RT side to the control thread.
-
-    The writer builds a complete, validated :class:`NumpyActor` off the control thread and
-    publishes it with one reference assignment (atomic under the GIL); the control thread
-    reads the reference once per tick. Nothing is ever mutated in place, so a tick always
-    uses one consistent set of weights and never waits: the problem the reference solved
-    with a lock around ``load_state_dict`` disappears when the weights are immutable.
-    """
-
-    def __init__(self, actor: NumpyActor) -> None:
-        self._actor = actor
-        self._write_lock = threading.Lock()  # writers only; the RT side never takes it
-        self.swapped_at_s = 0.0
-
-    def read_from_rt(self) -> NumpyActor:
-        """The actor to use for this tick."""
-        return self._actor
-
-    def write_from_non_rt(self, actor: NumpyActor, now_s: float) -> None:
-        """Publish a new actor; refuses one that is not newer than the current."""
-        with self._write_lock:
-            if actor.version <= self._actor.version:
-                raise PolicyRejected(
-                    f'weights version {actor.version} is not newer than the running '
-                    f'{self._actor.version}'
-                )
-            self._actor = actor
-            self.swapped_at_s = now_s
-
-    @property
-    def version(self) -> int:
-        """Version of the current actor."""
-        return self._actor.version

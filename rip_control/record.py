@@ -5,7 +5,7 @@
 Subscribes with the control node's QoS (reliable, volatile, depth 1000) and takes each
 message serialised, exactly as ``ros2 bag record /transitions`` would, into a standard rosbag2
 directory (MCAP storage, ``metadata.yaml``) with the rate in its ``custom_data``
-(:mod:`rip_control.ros.bags`). It stops on Ctrl-C / SIGTERM, after ``duration_s`` or after
+(:mod:`rip_control.bags`). It stops on Ctrl-C / SIGTERM, after ``duration_s`` or after
 ``max_messages``, and always closes the bag so ``metadata.yaml`` is written. The learner
 imports such bags with ``resume_bag:=PATH``; ``ros2 bag play`` replays them into a learner on
 a full ROS 2 install.
@@ -52,7 +52,7 @@ def record(
     from std_msgs.msg import Float32MultiArray
 
     from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
-    from rip_control.ros.bags import BagWriter
+    from rip_control.bags import BagWriter
     from rip_control.ros.qos import TRANSITIONS_QOS
 
     writer = BagWriter(opts['out'], opts['rate'], OBS_SIZE, ACTION_SIZE)

@@ -22,7 +22,7 @@ exception was swallowed; a block never ends normally with a stop undelivered.
 ROS-free. Python runs signal handlers in the main thread, between bytecodes, so install from
 the main thread. With rclpy: install first, ``rclpy.init(...,
 signal_handler_options=SignalHandlerOptions.NO)``, and let
-:func:`rip_control.node_params.spin_until_shutdown` install rclpy's own handlers once the node
+:func:`rip_control.ros.node_params.spin_until_shutdown` install rclpy's own handlers once the node
 and its executor exist (they chain to these, shut the context down and wake the executor;
 installed earlier, they shut the context down under a node still being built).
 """

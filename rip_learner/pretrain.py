@@ -2,7 +2,7 @@
 
 ``python -m rip_learner.pretrain rate:=50 out:=runs/pretrain_50hz``
 
-The simulator is :class:`rip_control.env.SimRotaryInvertedPendulumEnv`: the emulator's
+The simulator is :class:`rip_control.rig.env.SimRotaryInvertedPendulumEnv`: the emulator's
 dynamics, the rig's observation, action and reward, and the control period ``1/rate``. Here,
 unlike on the rig, SB3's ``learn()`` is right: simulated time does not run while SAC trains.
 

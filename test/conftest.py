@@ -10,14 +10,14 @@ import time
 
 import pytest
 
-from rip_control.procs import stop_process
+from rip_control.procs import automatic_domain, stop_process
 from rip_control.rig.emulator_process import EmulatorProcess
 
 REPO = Path(__file__).resolve().parent.parent
 
 # Every test, and every process a test starts, stays on loopback in a domain of its own.
 os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
-os.environ.setdefault('ROS_DOMAIN_ID', str(51 + os.getpid() % 50))
+os.environ.setdefault('ROS_DOMAIN_ID', str(automatic_domain()))
 # A native crash in any process a test starts (rclpy, DDS) prints its Python stack.
 os.environ['PYTHONFAULTHANDLER'] = '1'
 

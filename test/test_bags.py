@@ -29,7 +29,7 @@ from std_msgs.msg import Float64MultiArray
 
 from rip_control.procs import child_env, stop_process
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
-from rip_control.ros.bags import BagRejected, BagWriter, read_transitions, serialize
+from rip_control.bags import BagRejected, BagWriter, read_transitions, serialize
 from rip_control.transitions import Transition, field_layout
 
 LAYOUT = list(field_layout(OBS_SIZE, ACTION_SIZE))

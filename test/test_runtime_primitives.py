@@ -6,7 +6,6 @@ import pytest
 from rip_control.policy import (
     PolicyMeta,
     PolicyRejected,
-    PolicySnapshot,
     decode_actor,
     encode_actor,
     load_actor_file,
@@ -147,14 +146,6 @@ def test_initial_policy_file_from_another_rate_is_refused_naming_both(tmp_path):
     path.write_bytes(_bytes(rate=100.0))
     with pytest.raises(PolicyRejected, match='trained at 100 Hz but this node runs at 50 Hz'):
         load_actor_file(path, rate_hz=50.0, obs_size=6, action_size=1)
-
-
-def test_snapshot_swaps_only_newer_versions():
-    snap = PolicySnapshot(random_actor(6, 1, (8,), 50.0, version=1))
-    snap.write_from_non_rt(random_actor(6, 1, (8,), 50.0, version=2), 1.0)
-    assert snap.read_from_rt().version == 2
-    with pytest.raises(PolicyRejected):
-        snap.write_from_non_rt(random_actor(6, 1, (8,), 50.0, version=2), 2.0)
 
 
 def test_transition_layout_round_trips_and_rejects_bad_messages():

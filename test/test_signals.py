@@ -245,7 +245,7 @@ def test_the_emulator_stops_with_the_device_gone_whenever_a_signal_comes(tmp_pat
 @pytest.mark.ros
 @pytest.mark.slow
 def test_the_recorder_closes_a_readable_bag_whenever_a_signal_comes(tmp_path):
-    from rip_control.ros.bags import read_transitions
+    from rip_control.bags import read_transitions
 
     bags = [tmp_path / f'bag{i}' for i in range(ROUNDS)]
     stopped = _signal_each_at_its_first_line(

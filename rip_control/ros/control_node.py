@@ -101,7 +101,6 @@ class ControlNode(LifecycleNode):
         self._rt_lock = threading.Lock()  # weights handed over vs. the mapping released
         self._pump_thread: threading.Thread | None = None
         self._pump_stop = threading.Event()
-        self._stop_replies = 0  # 'stopped' events received (pump thread writes)
         self._stop_reply = threading.Condition()
         self._last_stop: dict[str, Any] = {}
         self._exit_event: dict[str, Any] = {}
@@ -534,7 +533,6 @@ class ControlNode(LifecycleNode):
                 current = int(ev.get('activation', 0)) > self._activation_base
                 if ev.get('confirmed') and (ev.get('ids') or current):
                     self._motor_confirmed_off = True
-                self._stop_replies += 1
                 self._stop_reply.notify_all()
         elif kind == 'exit':
             self._exit_event = ev

@@ -6,7 +6,7 @@ the rig, completes the previous transition, runs the policy and writes the actio
 episodes the same paced ticks drive the reset controller (not recorded, not policy-driven);
 the phases are an explicit state machine (:class:`Phase`). It never waits on the learner, on
 DDS or on a lock a slow path can hold: transitions, tick samples and episode summaries leave
-through :class:`~rip_control.outbox.Outbox` objects whose items go into shared-memory rings.
+through :class:`~rip_control.rt.outbox.Outbox` objects whose items go into shared-memory rings.
 
 Every way out of :meth:`ControlLoop.run` — a stop request, a timing violation, a serial
 failure, any exception — passes through one ``finally`` that disengages the motor.

@@ -90,15 +90,6 @@ class ProcessSpec:
         return f'/{ns}/{self.node_name}' if ns else f'/{self.node_name}'
 
 
-def ensure_loopback_dds(default_domain: int | None = None) -> tuple[str, str]:
-    """Keep DDS on this machine unless the user chose otherwise; return (range, domain)."""
-    os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
-    if 'ROS_DOMAIN_ID' not in os.environ:
-        domain = default_domain if default_domain is not None else 51 + os.getpid() % 50
-        os.environ['ROS_DOMAIN_ID'] = str(domain)
-    return os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'], os.environ['ROS_DOMAIN_ID']
-
-
 @dataclass(frozen=True)
 class LaunchArgument:
     """A launch argument, and the node parameters it sets when it is given.

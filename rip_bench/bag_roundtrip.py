@@ -30,8 +30,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
     """Write ``--transitions`` into a bag and import them again: the JSON record."""
-    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
     from rip_control.bags import BagWriter, read_transitions, serialize
+    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
     from rip_control.transitions import Transition, field_layout
 
     layout = list(field_layout(OBS_SIZE, ACTION_SIZE))

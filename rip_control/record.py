@@ -51,8 +51,8 @@ def record(
     from rclpy.signals import SignalHandlerOptions
     from std_msgs.msg import Float32MultiArray
 
-    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
     from rip_control.bags import BagWriter
+    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
     from rip_control.ros.qos import TRANSITIONS_QOS
 
     writer = BagWriter(opts['out'], opts['rate'], OBS_SIZE, ACTION_SIZE)

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from rip_control import run_files
+from rip_control.bags import BagRejected, read_transitions
 from rip_control.files import atomic_write_bytes
 from rip_control.policy import PolicyRejected, encode_actor, load_actor_file
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
-from rip_control.bags import BagRejected, read_transitions
 from rip_control.transitions import Transition
 from rip_learner import buffer_store
 from rip_learner.buffer_store import BufferMeta, BufferRejected

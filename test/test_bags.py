@@ -27,9 +27,9 @@ from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 from std_msgs.msg import Float64MultiArray
 
+from rip_control.bags import BagRejected, BagWriter, read_transitions, serialize
 from rip_control.procs import child_env, stop_process
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
-from rip_control.bags import BagRejected, BagWriter, read_transitions, serialize
 from rip_control.transitions import Transition, field_layout
 
 LAYOUT = list(field_layout(OBS_SIZE, ACTION_SIZE))

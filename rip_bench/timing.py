@@ -144,6 +144,11 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         'allow_random_policy': True,
         'max_action_v': 1.0,
         'episode_seconds': 6.0,
+        # The loop ticks for the whole --seconds: no episode count, no guard evaluations, and
+        # SAC's own sampling (the subject is timing, not what the policy does).
+        'episodes': 0,
+        'eval_every_episodes': 0,
+        'train_noise_scale': 1.0,
         'run_name': 'bench',
         'runs_dir': str(workdir / 'runs'),
         'tick_trace': str(trace),

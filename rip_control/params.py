@@ -284,8 +284,16 @@ class FromParams:
 
 # ---- the two nodes ------------------------------------------------------------------------
 
+# Facts both nodes hold, one entry each: the rate they must agree on, the network size, the
+# initial policy and where the run writes.
+_RATE_HZ = Param('rate_hz', 50.0, 'control rate, Hz (both nodes; buffers are tagged)', 1.0, 1000.0)
+_HIDDEN_SIZES = Param('hidden_sizes', [64, 64], 'hidden layers of the actor (and critics)')
+_POLICY = Param('policy', '', 'initial actor weights (.safetensors)')
+_RUN_NAME = Param('run_name', 'default', 'outputs under runs/<run_name>')
+_RUNS_DIR = Param('runs_dir', 'runs', 'parent directory of runs')
+
 CONTROL_PARAMETERS = (
-    Param('rate_hz', 50.0, 'control rate, Hz', 1.0, 1000.0),
+    _RATE_HZ,
     Param('serial_port', '', 'rig serial device'),
     Param('serial_timeout_ms', 10.0, 'bound on one serial transaction', 0.5, 500.0),
     Param('timing_violation_threshold_ms', 5.0, 'overrun that counts as a strike', 0.1, 1000.0),
@@ -317,9 +325,9 @@ CONTROL_PARAMETERS = (
     ),
     Param('max_action_v', 8.0, 'volts at action +/-1', 0.1, 24.0),
     Param('arm_limit_rad', 1.6, 'episode ends beyond this arm angle', 0.1, 3.14),
-    Param('policy', '', 'initial actor weights (.safetensors)'),
+    _POLICY,
     Param('allow_random_policy', False, 'activate with an untrained actor'),
-    Param('hidden_sizes', [64, 64], 'hidden layers of a random actor'),
+    _HIDDEN_SIZES,
     Param('stochastic_actions', True, 'sample actions (exploration)'),
     Param(
         'train_noise_scale',
@@ -368,8 +376,8 @@ CONTROL_PARAMETERS = (
         0.0,
         3600.0,
     ),
-    Param('run_name', 'default', 'outputs under runs/<run_name>'),
-    Param('runs_dir', 'runs', 'parent directory of runs'),
+    _RUN_NAME,
+    _RUNS_DIR,
     Param('control_cpu', -1, 'CPU of the real-time control process (-1: the last one)', -1, 4095),
     Param(
         'fifo_priority', 80, 'SCHED_FIFO priority of the real-time control process (0: off)', 0, 99
@@ -407,11 +415,11 @@ CONTROL_PARAMETERS = (
 )
 
 LEARNER_PARAMETERS = (
-    Param('rate_hz', 50.0, 'control rate of the rigs, Hz (buffers are tagged)', 1.0, 1000.0),
+    _RATE_HZ,
     Param('gradient_steps', 4, 'K: SAC updates per received transition', 0, 1000),
     Param('batch_size', 256, 'SAC minibatch', 1, 65536),
     Param('learning_starts', 256, 'stored transitions before the first update', 0, 10**9),
-    Param('hidden_sizes', [64, 64], 'actor and critic hidden layers'),
+    _HIDDEN_SIZES,
     Param('learning_rate', 3e-4, 'Adam learning rate', 1e-7, 1.0),
     Param('gamma', 0.99, 'discount', 0.0, 1.0),
     Param('tau', 0.005, 'target smoothing', 0.0, 1.0),
@@ -458,9 +466,9 @@ LEARNER_PARAMETERS = (
     Param('dt_tolerance_ms', 5.0, 'largest |dt - 1/rate_hz| a transition may have', 0.01, 1e4),
     Param('resume_buffer', '', 'replay buffer file to continue from'),
     Param('resume_bag', '', 'rosbag2 directories of transitions to import (comma-separated)'),
-    Param('policy', '', 'initial actor weights (.safetensors)'),
-    Param('run_name', 'default', 'outputs under runs/<run_name>'),
-    Param('runs_dir', 'runs', 'parent directory of runs'),
+    _POLICY,
+    _RUN_NAME,
+    _RUNS_DIR,
     Param('publish_every_steps', 200, 'publish the actor every this many updates', 1, 10**9),
     Param('publish_every_s', 2.0, '... or this often while training', 0.01, 3600.0),
     Param('checkpoint_every_s', 30.0, 'save buffer and checkpoint this often', 1.0, 86400.0),

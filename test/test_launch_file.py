@@ -320,8 +320,11 @@ def test_a_params_files_episodes_and_length_stand_when_no_argument_is_typed(
     code = launch.wait(180)
     assert code == 0, launch.text()
     with (tmp_path / 'runs' / 'own' / 'timing.csv').open(newline='') as f:
-        rows = [r for r in csv.DictReader(f) if r['kind'] == 'train']
-    assert len(rows) == 1 and int(rows[0]['n_ticks']) <= 100, rows  # 2 s at 50 Hz
+        rows = list(csv.DictReader(f))
+    assert sum(r['kind'] == 'train' for r in rows) == 1, rows
+    # 2 s at 50 Hz: 100 policy ticks, fewer only if the arm limit ended one early (6 s, the
+    # default, would give 300); the guard's evaluation is as long.
+    assert max(int(r['n_ticks']) for r in rows) == 100, rows
 
 
 def test_an_operators_deactivate_ends_the_launch_as_a_stop_motor_off_buffer_saved(
@@ -339,13 +342,18 @@ def test_an_operators_deactivate_ends_the_launch_as_a_stop_motor_off_buffer_save
     # What `ros2 lifecycle set /rip_control deactivate` does: one change_state call.
     driver = LifecycleDriver(ros_node, '/rip_control')
     assert driver.wait_for_services(10.0)
+    engaged_before = len(launch.events())
     assert driver.change('deactivate')
     code = launch.wait(90)
     assert code == 0, launch.text()
     launch.wait_for(r'stopped by the operator after \d+ episodes; motors off', 1)
     assert launch.index(r'FAILED') < 0, launch.text()
-    events = launch.events()
-    assert events[-2:] == ['disengaged command', 'powered down'], events
-    assert _buffer_count(tmp_path / 'runs' / 'default' / 'replay_buffer.safetensors') > 0
+    # The motor off at the operator's command, by the node, and nothing after it but the end.
+    after = launch.events()[engaged_before:]
+    assert after[-2:] == ['disengaged command', 'powered down'], after
+    assert sum(e.startswith('disengaged') for e in after) == 1, after
+    published, unmatched, received = _published(launch)
+    assert unmatched == 0 and received == published > 0
+    assert _buffer_count(tmp_path / 'runs' / 'default' / 'replay_buffer.safetensors') == published
     for pid in launch.pids():
         assert not _alive(pid), f'process {pid} outlived the launch'

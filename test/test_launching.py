@@ -4,6 +4,7 @@ import ast
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rip_control import run_files
 from rip_control.params import parse_args
@@ -132,9 +133,31 @@ def test_a_params_file_value_stands_unless_the_argument_is_typed(tmp_path):
 
 
 def test_the_example_params_file_loads_and_names_only_declared_parameters():
+    import re
+
     example = REPO / 'config' / 'finetune.yaml'
+    text = example.read_text()
+    assert set(yaml.safe_load(text)) == {CONTROL, LEARNER}
     params = node_parameters({'params_file': str(example)})
     assert params[CONTROL]['rate_hz'] == params[LEARNER]['rate_hz'] == 50.0
+    # Its commented-out suggestions name parameters of the section they stand in, with values
+    # the table takes: uncommented, each would load.
+    section = None
+    for line in text.splitlines():
+        if line in (f'{CONTROL}:', f'{LEARNER}:'):
+            section = line[:-1]
+        m = re.match(r'^    # (\w+): (\S+)', line)
+        if m:
+            name, value = m.groups()
+            assert name in launching.NODE_TABLES[section], (section, name)
+            launching.NODE_TABLES[section][name].convert(yaml.safe_load(value))
+
+
+def test_a_params_file_section_no_node_reads_is_refused_by_name(tmp_path):
+    path = tmp_path / 'typo.yaml'
+    path.write_text('rip_contrl:\n  ros__parameters:\n    episodes: 1\n')
+    with pytest.raises(ValueError, match=r"typo.yaml: 'rip_contrl' is not a node"):
+        node_parameters({'params_file': str(path)})
 
 
 def test_unknown_or_malformed_arguments_are_refused_by_name():
@@ -150,6 +173,25 @@ def test_unknown_or_malformed_arguments_are_refused_by_name():
 
 def test_the_launch_file_builds_its_processes_from_the_runners_plan():
     assert 'plan' in _launch_file_imports('rip_control.run.launching')
+    tree = ast.parse(LAUNCH.read_text())
+    actions = next(
+        n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == '_actions'
+    )
+    calls = {
+        n.func.id
+        for n in ast.walk(actions)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
+    assert 'plan' in calls
+    # Every node's parameters are the plan's (spec.params), never a dict written in the file.
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and getattr(call.func, 'id', '') == 'Node':
+            for kw in call.keywords:
+                if kw.arg == 'parameters':
+                    assert 'spec.params' in ast.unparse(kw.value) or 'arguments' in ast.unparse(
+                        kw.value
+                    ), ast.unparse(kw.value)
+                    assert not any(isinstance(n, ast.Dict) for n in ast.walk(kw.value))
 
 
 def test_a_plan_for_several_rigs_gives_each_its_namespace_emulator_and_folder():

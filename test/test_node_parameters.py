@@ -142,6 +142,14 @@ def test_a_bare_node_declares_the_tables_defaults_which_make_demo_runs(ros_node,
         stop_process(proc, timeout_s=30)
     declared = {p.name: _value(v) for p, v in zip(table, got.values, strict=True)}
     assert declared == defaults(table)
+    kinds = {
+        'double': ParameterType.PARAMETER_DOUBLE,
+        'integer': ParameterType.PARAMETER_INTEGER,
+        'bool': ParameterType.PARAMETER_BOOL,
+        'string': ParameterType.PARAMETER_STRING,
+        'integer[]': ParameterType.PARAMETER_INTEGER_ARRAY,
+    }
+    assert [v.type for v in got.values] == [kinds[p.type] for p in table]  # 50.0, not 50
     # make demo (`finetune run_name:=demo resume_buffer:=auto policy:=auto`) runs the same
     # values, but for what it names, the rig the runner starts, and the files it resolves.
     specs, _ = plan({'run_name': 'demo', 'resume_buffer': 'auto', 'policy': 'auto'}, pid=1)

@@ -100,6 +100,8 @@ def _mapped(config_classes):
 
 @pytest.mark.parametrize('node', ['control', 'learner'])
 def test_every_parameter_sets_exactly_one_config_field_and_every_field_has_one(node):
+    import dataclasses
+
     from rip_control.params import CONTROL_PARAMETERS, LEARNER_PARAMETERS
 
     if node == 'control':
@@ -116,7 +118,19 @@ def test_every_parameter_sets_exactly_one_config_field_and_every_field_has_one(n
     mapped = _mapped(classes)
     params = [p for _, _, p in mapped]
     assert sorted(params) == sorted(p.name for p in table)  # each parameter once, none left out
-    assert len({(c, f) for c, f, _ in mapped}) == len(mapped)
+    for cls in classes:  # every mapped name is a field of the class, with no default of its own
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for name in cls.PARAMS:
+            assert name in fields, f'{cls.__name__}.PARAMS names {name}, not a field'
+            assert fields[name].default is dataclasses.MISSING, f'{cls.__name__}.{name}'
+    # Units: a _ms parameter becomes a _s field (x 1e-3), a _us one too (x 1e-6).
+    for cls, name, param in mapped:
+        source = cls.PARAMS[name]
+        for unit, scale in (('_ms', 1e-3), ('_us', 1e-6)):
+            if param.endswith(unit) and name.endswith('_s'):
+                assert source.scale == scale, (cls.__name__, name, param)
+            elif param.endswith(unit):
+                assert name.endswith(unit) and source.scale is None, (cls.__name__, name)
 
 
 def test_configs_built_from_the_table_carry_its_defaults_scaled_to_their_units():

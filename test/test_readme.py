@@ -182,7 +182,8 @@ def test_make_demo_runs_the_fine_tune(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # It says which firmware plays the rig: the C one wherever a C compiler is (here, always).
     assert 'make demo: the emulated rig runs the c firmware' in proc.stdout, proc.stdout[:2000]
-    assert 'emulated rig (c firmware)' in proc.stdout and 'C firmware' in proc.stdout
+    assert 'emulated rig (c firmware)' in proc.stdout, proc.stdout[:2000]
+    assert re.search(r'^\[emulator\] READY .*, C firmware', proc.stdout, re.M), proc.stdout[:2000]
     # The regression guard measures the starting policy first, then the training episode.
     assert 'evaluation   0: return' in proc.stdout, proc.stdout[-3000:]
     assert re.search(r'^episode +1: return', proc.stdout, re.M), proc.stdout[-3000:]

@@ -116,6 +116,7 @@ class ControlDiagnostics:
         fifo: bool,
         weights: WeightsIntake,
         outputs: LoopOutputs | None,
+        motor_confirmed_off: bool = False,
     ) -> None:
         """One report: the lifecycle state, and with a loop configured its figures.
 
@@ -123,14 +124,21 @@ class ControlDiagnostics:
         :param activation_base: the process's activation count when the node last activated
             (the loop's figures are reported once it has started that activation).
         :param rt_lost: why the real-time process is gone ('' while it is not).
-        :param fault: what stopped the loop last, if anything.
+        :param fault: what stopped the loop in this activation, if anything.
+        :param motor_confirmed_off: the rig confirmed the disengage of the last stop.
         """
         node = self._node
         status = DiagnosticStatus(
             name=f'{node.get_fully_qualified_name().lstrip("/")}: control loop',
             hardware_id=f'rip_rig{node.get_namespace().rstrip("/")}',
         )
-        values: dict[str, Any] = {'lifecycle_state': state}
+        # Why the loop stopped, apart from the message (which warnings overwrite): a
+        # supervisor tells an operator's deactivate (no fault) from a trip by these.
+        values: dict[str, Any] = {
+            'lifecycle_state': state,
+            'fault': fault_name(fault) if fault is not None else ('lost' if rt_lost else 'none'),
+            'motor_confirmed_off': motor_confirmed_off,
+        }
         level, message = DiagnosticStatus.OK, state
         if rt_lost:
             level, message = DiagnosticStatus.ERROR, f'real-time process lost: {rt_lost}'

@@ -581,6 +581,7 @@ class ControlNode(LifecycleNode):
             fifo=self._control_fifo,
             weights=self._weights,
             outputs=self._outputs,
+            motor_confirmed_off=self._motor_confirmed_off,
         )
 
 

@@ -305,6 +305,13 @@ def read_params_file(path: Path) -> dict[str, dict[str, Any]]:
         raise ValueError(f'params_file:={path}: not valid YAML ({exc})') from None
     if not isinstance(doc, dict):
         raise ValueError(f'params_file:={path}: expected node names at the top level')
+    unknown = sorted(str(k) for k in doc if k not in NODE_TABLES)
+    if unknown:  # a typo, a namespaced or a wildcard section would otherwise do nothing
+        raise ValueError(
+            f'params_file:={path}: {unknown[0]!r} is not a node of the fine-tune; its sections '
+            f'are {" and ".join(NODE_TABLES)} (with several rigs every control node reads '
+            'the rip_control section)'
+        )
     out: dict[str, dict[str, Any]] = {}
     for node, table in NODE_TABLES.items():
         section = doc.get(node) or {}

@@ -291,8 +291,13 @@ class Supervisor:
         if state == 'active':
             mon.control = {}  # a stale report from before the activation
             return
-        if state == 'inactive' and reason == 'inactive':
-            self.stopped_by_operator = mon.fqn  # no fault: someone asked for it
+        if state == 'inactive' and mon.control.get('fault') == 'none':
+            # No fault: someone asked for it (the operator's stop button).
+            if mon.control.get('motor_confirmed_off') != 'True':
+                raise RunFailed(
+                    f'{mon.fqn} was deactivated but the rig did not confirm the disengage'
+                )
+            self.stopped_by_operator = mon.fqn
             return
         if len(mon.episodes) > mon._episodes_at_trip:
             mon.restarts = 0  # an episode finished since the last trip

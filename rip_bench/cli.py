@@ -20,6 +20,7 @@ from rip_bench import (
     bag_roundtrip,
     demo,
     e2e,
+    identification,
     learner_throughput,
     matrix,
     serial_roundtrip,
@@ -57,6 +58,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     v5,
     matrix,
     sim_finetune,
+    identification,
     bag_roundtrip,
     serial_roundtrip,
 )
@@ -122,18 +124,45 @@ def read_records(paths: list[str]) -> list[dict[str, Any]]:
 
 
 def run_measured(benchmark: Benchmark, args: argparse.Namespace) -> dict[str, Any]:
-    """``benchmark.run(args)``, its record with the host's CPU steal meanwhile (``host_steal``).
+    """Run a benchmark; its record, with host steal and commit.
+
+    ``benchmark.run(args)``, its record with the host's CPU steal meanwhile (``host_steal``)
+    and the code it measured (``commit``).
 
     The VM's host taking CPU time is a stall no code here can prevent: a figure measured
     under it says so.
     """
     start, t0 = cpu_times(), time.monotonic()
+    commit = code_version()
     record = benchmark.run(args)
+    record['commit'] = commit
     record['host_steal'] = {
         'fraction': steal_fraction(start, cpu_times()),
         'wall_s': time.monotonic() - t0,
     }
     return record
+
+
+def code_version() -> str:
+    """The code version a record measured.
+
+    ``git describe --always --dirty`` of the checkout the benchmark runs from ('unknown'
+    outside a git checkout): which code a record measured.
+    """
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ['git', 'describe', '--always', '--dirty'],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return 'unknown'
+    return out.stdout.strip() or 'unknown'
 
 
 def write_record(path: str, record: dict[str, Any]) -> None:

@@ -206,7 +206,7 @@ def rig_episodes(timing_csv: Path) -> list[dict[str, Any]]:
         return [
             {
                 'episode': int(r['episode']),
-                'kind': r.get('kind') or 'train',
+                'kind': r.get('kind') or 'training',
                 'n_ticks': int(r['n_ticks']),
                 'return': float(r['episode_return']),
                 'balance_s': float(r['balance_s']),
@@ -429,9 +429,11 @@ def _plot(
         ends = np.cumsum([e['n_ticks'] for e in eps]) / a.rate / 60.0
         fig, ax = plt.subplots(figsize=(8, 3.6))
         train = [
-            (t, e['balance_s']) for t, e in zip(ends, eps, strict=True) if e['kind'] != 'eval'
+            (t, e['balance_s'])
+            for t, e in zip(ends, eps, strict=True)
+            if e['kind'] != 'evaluation'
         ]
-        evals_ = [(t, e) for t, e in zip(ends, eps, strict=True) if e['kind'] == 'eval']
+        evals_ = [(t, e) for t, e in zip(ends, eps, strict=True) if e['kind'] == 'evaluation']
         if train:
             ax.plot(*zip(*train, strict=True), '.', color='0.5', label='training episode')
         if evals_:

@@ -323,6 +323,15 @@ CONTROL_PARAMETERS = (
         0,
         1_000_000,
     ),
+    Param(
+        'excitation_episodes',
+        0,
+        'excitation episodes (rip_control.rig.excitation: 16 s, pendulum hanging, for '
+        'rip_learner.identify) run before the first training episode, over every activation; '
+        'not counted in episodes',
+        0,
+        10,
+    ),
     Param('max_action_v', 8.0, 'volts at action +/-1', 0.1, 24.0),
     Param('arm_limit_rad', 1.6, 'episode ends beyond this arm angle', 0.1, 3.14),
     _POLICY,

@@ -1,11 +1,17 @@
 """Rig check: read the rig through the serial client at the control rate and report timing.
 
 ``python -m rip_control.rig_check [--port /dev/ttyUSB0] [--rate 50] [--seconds 5]``
+``python -m rip_control.rig_check --port /dev/ttyUSB0 --excitation excitation.safetensors``
 
 With no ``--port`` it starts the rig emulator and talks to it through its pseudo-terminal
 (the same serial code a physical rig uses). It engages the motor at 0 V (the heartbeat keeps
 the firmware deadman fed), prints the rig state twice a second, disengages, and ends with
 the measured loop rate and the serial round-trip latency (mean, p99, max).
+
+``--excitation FILE`` then runs the excitation episode (:mod:`rip_control.rig.excitation`:
+16 s, the pendulum hanging, the arm centred, at most ``--max-action-v`` volts) in the control
+loop the control node runs, and writes its transitions as a replay-buffer file for
+``python -m rip_learner.identify buffer:=FILE out:=my_rig.yaml``. Every way out disengages.
 """
 
 from __future__ import annotations
@@ -20,9 +26,12 @@ import tempfile
 
 import numpy as np
 
+from rip_control.params import CONTROL_PARAMETERS, table_by_name
 from rip_control.rig.client import LowLevelClient, RigError
 from rip_control.rig.emulator_process import EmulatorProcess
 from rip_control.rt.pacer import Pacer
+
+_MAX_ACTION_V = table_by_name(CONTROL_PARAMETERS)['max_action_v']
 
 
 def _stats_ms(values_s: list[float]) -> dict[str, float]:
@@ -87,6 +96,73 @@ def run_check(port: str, rate_hz: float, seconds: float) -> dict[str, object]:
     return result
 
 
+def run_excitation(port: str, rate_hz: float, max_action_v: float, out: Path) -> dict[str, object]:
+    """Run the excitation episode and save its transitions.
+
+    The excitation episode in the control loop (reset first, as every episode); its
+    transitions saved as a replay-buffer file at ``out``. Returns what it did.
+    """
+    import threading
+
+    from rip_control.rig.env import (
+        ACTION_SIZE,
+        OBS_SIZE,
+        RealRotaryInvertedPendulumEnv,
+        TaskConfig,
+    )
+    from rip_control.rt.loop import ControlLoop, EpisodeSummary, LoopConfig, TickSample
+    from rip_control.rt.outbox import Outbox
+    from rip_control.transitions import Transition
+    from rip_learner import buffer_store
+    from rip_learner.identify import transitions_to_arrays
+
+    class _NoActor:  # the excitation needs none; a training episode never starts here
+        def read_from_rt(self) -> object:
+            raise RuntimeError('rig_check drives no policy')
+
+    task = TaskConfig.from_params(rate_hz=rate_hz, max_action_v=max_action_v)
+    cfg = LoopConfig.from_params({'excitation_episodes': 1})
+    client = LowLevelClient(port, timeout_s=0.02)
+    client.open()
+    transitions: Outbox[Transition] = Outbox(100_000, holdback=cfg.max_strikes - 1)
+    episodes: Outbox[EpisodeSummary] = Outbox(10)
+    ticks: Outbox[TickSample] = Outbox(1)  # per-tick samples are not kept here
+    done: list[EpisodeSummary] = []
+    stop = threading.Event()
+
+    def after_tick() -> None:
+        while ticks.pop_from_non_rt() is not None:
+            pass
+        while (ep := episodes.pop_from_non_rt()) is not None:
+            done.append(ep)
+            stop.set()  # the excitation is the only episode
+
+    print(f'excitation: {cfg.excitation_episodes} episode, at most {max_action_v:g} V', flush=True)
+    try:
+        env = RealRotaryInvertedPendulumEnv(client, task)
+        loop = ControlLoop(env, cfg, _NoActor(), transitions, ticks, episodes)  # type: ignore[arg-type]
+        loop.run(stop, after_tick=after_tick)
+        after_tick()
+    finally:
+        client.close()
+    got = []
+    while (t := transitions.pop_from_non_rt()) is not None:
+        got.append(t)
+    if not done or not got:
+        raise RigError('the excitation episode did not finish: nothing written')
+    arrays = transitions_to_arrays(got)
+    meta = buffer_store.BufferMeta(rate_hz, OBS_SIZE, ACTION_SIZE, len(got), 0)
+    buffer_store.save(out, arrays, meta)
+    ep = done[0]
+    print(
+        f'excitation: {ep.n_ticks} ticks, tick {ep.dt_mean_s * 1e3:.3f} ± '
+        f'{ep.dt_std_s * 1e3:.3f} ms, {len(got)} transitions written to {out}'
+        + ('; it ENDED AT THE ARM LIMIT' if ep.terminated else ''),
+        flush=True,
+    )
+    return {'ticks': ep.n_ticks, 'transitions': len(got), 'terminated': ep.terminated}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     ap = argparse.ArgumentParser(prog='rig_check', description=__doc__.splitlines()[0])
@@ -94,9 +170,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument('--rate', type=float, default=50.0, help='loop rate, Hz (default %(default)s)')
     ap.add_argument('--seconds', type=float, default=5.0, help='duration (default %(default)s)')
     ap.add_argument('--json', default='', help='also write the figures to this JSON file')
+    ap.add_argument(
+        '--excitation',
+        default='',
+        metavar='FILE',
+        help='then run the excitation episode and write its transitions (a replay-buffer file) '
+        'here, for rip_learner.identify',
+    )
+    ap.add_argument(
+        '--max-action-v',
+        type=float,
+        default=_MAX_ACTION_V.default,
+        help="the excitation's voltage limit (default %(default)s, the control node's)",
+    )
     args = ap.parse_args(argv)
     if not (args.rate > 0 and args.seconds > 0):
         ap.error(f'--rate and --seconds must be > 0, got {args.rate} and {args.seconds}')
+    try:
+        _MAX_ACTION_V.convert(args.max_action_v, f'--max-action-v {args.max_action_v:g}')
+    except ValueError as exc:
+        ap.error(str(exc))
 
     emulator: EmulatorProcess | None = None
     port = args.port
@@ -107,6 +200,10 @@ def main(argv: list[str] | None = None) -> int:
         port = str(link)
     try:
         result = run_check(port, args.rate, args.seconds)
+        if args.excitation:
+            result['excitation'] = run_excitation(
+                port, args.rate, args.max_action_v, Path(args.excitation)
+            )
     except RigError as exc:
         print(f'rig_check: {type(exc).__name__}: {exc}', file=sys.stderr)
         return 1

@@ -23,6 +23,8 @@ EPISODE_RETURNS = 'episode_returns.png'
 EVALUATION = 'evaluation.json'  # rip_control.evaluate's report
 EVALUATION_TRACES = 'evaluation_traces.npz'
 EVALUATION_PLOT = 'evaluation.png'
+IDENTIFIED_RIG = 'identified_rig.yaml'  # rip_learner.identify's rig description
+IDENTIFICATION_PLOT = 'identified_rig.png'  # ... its predicted-against-measured plot
 
 # -- a policy folder (policies/sim_50hz/, or pretrain's out:=) ------------------------------
 POLICY = 'policy.safetensors'  # the actor the control node loads

@@ -37,6 +37,14 @@ class RunningStats:
         return math.sqrt(self._m2 / self.n) if self.n > 1 else 0.0
 
 
+#: What drove an episode, as ``~/episode``, ``timing.csv`` and the replay buffer name it:
+#: the policy, learning (``training``); the regression guard's deterministic test of a policy
+#: (``evaluation``, no training data); the identification input of
+#: :mod:`rip_control.rig.excitation` (``excitation``, its transitions marked by
+#: :data:`rip_control.transitions.EXCITATION_VERSION`).
+EPISODE_KINDS = ('training', 'evaluation', 'excitation')
+
+
 @dataclass(frozen=True)
 class EpisodeTiming:
     """One row of ``timing.csv`` (column names are a contract, see DESIGN.md)."""
@@ -52,7 +60,7 @@ class EpisodeTiming:
     episode_return: float
     balance_s: float
     policy_version: int
-    kind: str = 'train'  # 'eval': a regression-guard evaluation (no training data)
+    kind: str = 'training'  # one of EPISODE_KINDS
     verdict: str = ''  # of an evaluation: baseline, promoted, rejected
     live_version: int = -1  # the guard's live policy after the episode (-1: guard off)
 

@@ -29,6 +29,11 @@ def field_layout(obs_size: int, action_size: int) -> tuple[tuple[str, int], ...]
     )
 
 
+#: The ``policy_version`` of a transition the excitation episode drove (no actor did): what
+#: marks excitation data in the transitions topic, bags and the replay buffer.
+EXCITATION_VERSION = -1
+
+
 @dataclass(frozen=True)
 class Transition:
     """One tick's transition. ``dt_s`` is the measured interval between the two observations."""

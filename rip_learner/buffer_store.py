@@ -3,9 +3,12 @@
 A buffer file holds the stored transitions in chronological order — ``observations``,
 ``next_observations``, ``actions``, ``rewards``, ``dones`` and ``timeouts`` (SB3's
 ``terminated``/``truncated`` split: ``dones`` is terminated *or* truncated, ``timeouts``
-marks truncation, so bootstrapping stays right) — and string metadata: format and version,
-control rate, observation/action sizes, count, the newest policy version, and a SHA-256 of
-the tensor data (safetensors itself would load a flipped byte silently).
+marks truncation, so bootstrapping stays right) — their provenance (:data:`PROVENANCE`:
+the episode, step, measured dt and policy version of each, what system identification reads;
+unknown for simulated data and for buffers of format version 1, which still load) — and string
+metadata: format and version, control rate, observation/action sizes, count, the newest policy
+version, and a SHA-256 of the tensor data (safetensors itself would load a flipped byte
+silently).
 
 Writes go to a temporary file in the same directory, are fsynced, renamed over the
 destination and the directory fsynced: a crash mid-save leaves the previous file intact (and
@@ -29,8 +32,12 @@ from rip_control.files import atomic_write_bytes
 from rip_control.policy import PolicyRejected, read_metadata
 
 FORMAT = 'rip_replay_buffer'
-FORMAT_VERSION = '1'
+FORMAT_VERSION = '2'
+READABLE_VERSIONS = ('1', '2')  # version 1: no provenance
 FIELDS = ('observations', 'next_observations', 'actions', 'rewards', 'dones', 'timeouts')
+#: Where each transition came from, as its ``transitions`` message said (float64: exact for
+#: the integers). Unknown is episode -1, step -1, dt 0 (simulated data, version-1 files).
+PROVENANCE = ('episodes', 'steps', 'dts', 'policy_versions')
 
 
 class BufferRejected(ValueError):
@@ -48,9 +55,56 @@ class BufferMeta:
     policy_version: int = 0
 
 
-def _digest(arrays: dict[str, np.ndarray]) -> str:
+def unknown_provenance(n: int) -> dict[str, np.ndarray]:
+    """Provenance arrays for ``n`` transitions of unknown origin."""
+    return {
+        'episodes': np.full(n, -1.0),
+        'steps': np.full(n, -1.0),
+        'dts': np.zeros(n),
+        'policy_versions': np.zeros(n),
+    }
+
+
+class ProvenanceLog:
+    """The provenance of what an SB3 ``ReplayBuffer`` holds, slot for slot.
+
+    :param size: the buffer's capacity.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.arrays = unknown_provenance(size)
+
+    def record(self, slot: int, episode: int, step: int, dt_s: float, version: int) -> None:
+        """What is about to be stored in ``slot`` (the buffer's ``pos`` before its ``add``)."""
+        a = self.arrays
+        a['episodes'][slot], a['steps'][slot] = episode, step
+        a['dts'][slot], a['policy_versions'][slot] = dt_s, version
+
+    def restore(self, first_slot: int, arrays: dict[str, np.ndarray]) -> None:
+        """Loaded provenance, for the slots a :func:`insert` from ``first_slot`` filled."""
+        size = len(self.arrays['dts'])
+        n = len(arrays['dts'])
+        kept = np.arange(max(0, n - size), n)  # a wrapping insert keeps the newest
+        for name in PROVENANCE:
+            self.arrays[name][(first_slot + kept) % size] = arrays[name][kept]
+
+    def extract(self, rb: Any) -> dict[str, np.ndarray]:
+        """The provenance of :func:`extract`'s transitions, in the same order."""
+        order = _order(rb)
+        return {name: self.arrays[name][order] for name in PROVENANCE}
+
+
+def _order(rb: Any) -> np.ndarray:
+    n = rb.buffer_size if rb.full else rb.pos
+    order = np.arange(n)
+    if rb.full:
+        order = (order + rb.pos) % rb.buffer_size
+    return order
+
+
+def _digest(arrays: dict[str, np.ndarray], names: tuple[str, ...] = FIELDS + PROVENANCE) -> str:
     h = hashlib.sha256()
-    for name in FIELDS:
+    for name in names:
         h.update(name.encode())
         h.update(np.ascontiguousarray(arrays[name]).tobytes())
     return h.hexdigest()
@@ -58,10 +112,7 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
 
 def extract(rb: Any) -> dict[str, np.ndarray]:
     """The stored transitions of an SB3 ``ReplayBuffer`` (one env), oldest first."""
-    n = rb.buffer_size if rb.full else rb.pos
-    order = np.arange(n)
-    if rb.full:
-        order = (order + rb.pos) % rb.buffer_size
+    order = _order(rb)
     return {
         'observations': rb.observations[order, 0].astype(np.float32),
         'next_observations': rb.next_observations[order, 0].astype(np.float32),
@@ -88,10 +139,19 @@ def insert(rb: Any, arrays: dict[str, np.ndarray]) -> int:
 
 
 def encode(arrays: dict[str, np.ndarray], meta: BufferMeta) -> bytes:
-    """Safetensors bytes of a buffer with its metadata and checksum."""
+    """Safetensors bytes of a buffer with its metadata and checksum.
+
+    ``arrays`` holds :data:`FIELDS` and, if known, :data:`PROVENANCE` (else it is written as
+    unknown).
+    """
     n = len(arrays['rewards'])
     if n != meta.count:
         raise ValueError(f'buffer holds {n} transitions but its metadata says {meta.count}')
+    if not all(name in arrays for name in PROVENANCE):
+        arrays = {**arrays, **unknown_provenance(n)}
+    arrays = {name: arrays[name] for name in FIELDS + PROVENANCE}
+    for name in PROVENANCE:
+        arrays[name] = np.asarray(arrays[name], dtype=np.float64)
     md = {
         'format': FORMAT,
         'format_version': FORMAT_VERSION,
@@ -102,7 +162,7 @@ def encode(arrays: dict[str, np.ndarray], meta: BufferMeta) -> bytes:
         'policy_version': str(meta.policy_version),
         'sha256': _digest(arrays),
     }
-    return st_save({k: np.ascontiguousarray(arrays[k]) for k in FIELDS}, metadata=md)
+    return st_save({k: np.ascontiguousarray(v) for k, v in arrays.items()}, metadata=md)
 
 
 def save(path: str | Path, arrays: dict[str, np.ndarray], meta: BufferMeta) -> None:
@@ -111,13 +171,13 @@ def save(path: str | Path, arrays: dict[str, np.ndarray], meta: BufferMeta) -> N
 
 
 def load(
-    path: str | Path, *, rate_hz: float, obs_size: int, action_size: int
+    path: str | Path, *, rate_hz: float, obs_size: int | None, action_size: int | None
 ) -> tuple[dict[str, np.ndarray], BufferMeta]:
     """Read and verify a buffer file; raise :class:`BufferRejected` naming what is wrong.
 
     Refused: a missing or unreadable file, a truncated or corrupted one (header, sizes or
     checksum), another format or version, another control rate (the message names both
-    rates), other observation/action sizes, non-finite values.
+    rates), other observation/action sizes (``None``: the file's own), non-finite values.
     """
     path = Path(path)
     try:
@@ -128,10 +188,11 @@ def load(
         md = read_metadata(data)
     except PolicyRejected as exc:
         raise BufferRejected(f'{path} is not a replay buffer file (truncated?): {exc}') from exc
-    if md.get('format') != FORMAT or md.get('format_version') != FORMAT_VERSION:
+    version = md.get('format_version')
+    if md.get('format') != FORMAT or version not in READABLE_VERSIONS:
         raise BufferRejected(
-            f'{path}: format {md.get("format")!r} v{md.get("format_version")!r}, '
-            f'expected {FORMAT!r} v{FORMAT_VERSION}'
+            f'{path}: format {md.get("format")!r} v{version!r}, '
+            f'expected {FORMAT!r} v{" or v".join(READABLE_VERSIONS)}'
         )
     try:
         meta = BufferMeta(
@@ -148,6 +209,8 @@ def load(
             f'{path} was collected at {meta.rate_hz:g} Hz but this learner runs at '
             f'{rate_hz:g} Hz: transitions from another rate teach the wrong dynamics'
         )
+    obs_size = meta.obs_size if obs_size is None else obs_size
+    action_size = meta.action_size if action_size is None else action_size
     if (meta.obs_size, meta.action_size) != (obs_size, action_size):
         raise BufferRejected(
             f'{path} holds obs/action sizes {meta.obs_size}/{meta.action_size}, '
@@ -157,8 +220,9 @@ def load(
         arrays = st_load(data)
     except Exception as exc:  # noqa: BLE001 - the library raises several types for bad bytes
         raise BufferRejected(f'{path} is corrupt or truncated: {exc}') from exc
-    if set(arrays) != set(FIELDS):
-        raise BufferRejected(f'{path} holds tensors {sorted(arrays)}, expected {sorted(FIELDS)}')
+    names = FIELDS if version == '1' else FIELDS + PROVENANCE
+    if set(arrays) != set(names):
+        raise BufferRejected(f'{path} holds tensors {sorted(arrays)}, expected {sorted(names)}')
     n = meta.count
     shapes = {
         'observations': (n, obs_size),
@@ -174,11 +238,19 @@ def load(
                 f'{path}: {name} is {arrays[name].dtype}{arrays[name].shape}, '
                 f'expected float32{shape}'
             )
-    if md.get('sha256') != _digest(arrays):
+    for name in names[len(FIELDS) :]:
+        if arrays[name].shape != (n,) or arrays[name].dtype != np.float64:
+            raise BufferRejected(
+                f'{path}: {name} is {arrays[name].dtype}{arrays[name].shape}, '
+                f'expected float64({n},)'
+            )
+    if md.get('sha256') != _digest(arrays, names):
         raise BufferRejected(f'{path}: checksum mismatch, the file is corrupt')
-    for name in FIELDS:
+    for name in names:
         if not np.isfinite(arrays[name]).all():
             raise BufferRejected(f'{path}: non-finite values in {name}')
+    if version == '1':
+        arrays.update(unknown_provenance(n))
     return arrays, meta
 
 

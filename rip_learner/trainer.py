@@ -28,7 +28,7 @@ from rip_control.policy import PolicyRejected, encode_actor, load_actor_file
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.transitions import Transition
 from rip_learner import buffer_store
-from rip_learner.buffer_store import BufferMeta, BufferRejected
+from rip_learner.buffer_store import BufferMeta, BufferRejected, ProvenanceLog
 from rip_learner.fast_sac import FastSacUpdate
 from rip_learner.learner_settings import LearnerConfigError, LearnerSettings
 from rip_learner.sac import (
@@ -65,6 +65,7 @@ class Trainer:
         self.version = 0  # of the last actor published (or loaded)
         self._lock = threading.Lock()  # the replay buffer: add() and the whole train() call
         self._inbox: deque[Transition] = deque()
+        self.provenance = ProvenanceLog(self.model.replay_buffer.buffer_size)
         self.added = 0  # transitions stored, resumed ones included
         self.resumed = 0  # ... of them loaded from resume_buffer at start
         self.added_after_start = 0  # stored once learning_starts was reached: owed K updates
@@ -153,7 +154,9 @@ class Trainer:
             )
         except BufferRejected as exc:
             raise LearnerConfigError(f'resume_buffer refused: {exc}') from exc
+        first_slot = self.model.replay_buffer.pos
         n = buffer_store.insert(self.model.replay_buffer, arrays)
+        self.provenance.restore(first_slot, arrays)
         self.added = self.resumed = n
         self.version = max(self.version, meta.policy_version)
         note = ''
@@ -228,6 +231,7 @@ class Trainer:
         with self._lock:
             while self._inbox:
                 t = self._inbox.popleft()
+                self.provenance.record(rb.pos, t.episode, t.step, t.dt_s, t.policy_version)
                 rb.add(
                     t.obs[None],
                     t.next_obs[None],
@@ -347,6 +351,7 @@ class Trainer:
         t0 = time.monotonic()
         with self._lock:
             arrays = buffer_store.extract(self.model.replay_buffer)
+            arrays.update(self.provenance.extract(self.model.replay_buffer))
             state = sac_state(self.model)
             actor = self.actor_bytes()
         meta = BufferMeta(s.rate_hz, OBS_SIZE, ACTION_SIZE, len(arrays['rewards']), self.version)

@@ -486,7 +486,7 @@ def test_a_params_files_episodes_and_length_stand_when_no_argument_is_typed(tmp_
     summary = json.loads((tmp_path / 'runs' / 'own' / 'summary.json').read_text())
     assert summary['episodes'] == 1, summary
     with (tmp_path / 'runs' / 'own' / 'timing.csv').open(newline='') as f:
-        rows = [r for r in csv.DictReader(f) if r['kind'] == 'train']
+        rows = [r for r in csv.DictReader(f) if r['kind'] == 'training']
     assert len(rows) == 1, rows
     # 2 s at 50 Hz: 100 policy ticks, fewer only if the arm limit ended one early (6 s, the
     # default, would give 300); the guard's evaluation is as long.

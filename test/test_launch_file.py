@@ -150,7 +150,7 @@ def _buffer_count(path: Path) -> int:
     return meta.count
 
 
-def _timing_rows(path: Path, kind: str = 'train') -> int:
+def _timing_rows(path: Path, kind: str = 'training') -> int:
     """Rows of ``timing.csv`` of one kind: training episodes, or the guard's ``eval`` ones."""
     import csv
 
@@ -207,7 +207,7 @@ def test_timing_csv_holds_both_episodes(one_rig_run):
     _, _, run_dir = one_rig_run
     assert _timing_rows(run_dir / 'timing.csv') == 2
     # The regression guard (on in config/finetune.yaml) measured the initial policy first.
-    assert _timing_rows(run_dir / 'timing.csv', 'eval') >= 1
+    assert _timing_rows(run_dir / 'timing.csv', 'evaluation') >= 1
 
 
 def test_the_motor_is_disengaged_by_the_node_before_the_emulator_powers_down(one_rig_run):
@@ -321,7 +321,7 @@ def test_a_params_files_episodes_and_length_stand_when_no_argument_is_typed(
     assert code == 0, launch.text()
     with (tmp_path / 'runs' / 'own' / 'timing.csv').open(newline='') as f:
         rows = list(csv.DictReader(f))
-    assert sum(r['kind'] == 'train' for r in rows) == 1, rows
+    assert sum(r['kind'] == 'training' for r in rows) == 1, rows
     # 2 s at 50 Hz: 100 policy ticks, fewer only if the arm limit ended one early (6 s, the
     # default, would give 300); the guard's evaluation is as long.
     assert max(int(r['n_ticks']) for r in rows) == 100, rows

@@ -27,6 +27,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 TWO_PI = 2.0 * math.pi
@@ -120,28 +121,118 @@ class PendulumParams:
         return cls.from_dict(data, source=str(path))
 
 
+FRICTION_VELOCITY_RAD_S = 0.01  # the Coulomb friction's tanh smoothing velocity
+
+
+class Coefficients:
+    """The constants the equations of motion use, derived from the physical parameters.
+
+    Built from anything with the :class:`PendulumParams` attribute names whose values are
+    floats (one rig) or numpy arrays (a batch of rigs, :class:`BatchDynamics`).
+    """
+
+    def __init__(self, p: Any) -> None:
+        m = p.pendulum_mass_kg
+        self.r = p.arm_length_m
+        self.l_com = p.pendulum_length_m / 2.0
+        self.jp = m * p.pendulum_length_m**2 / 12.0 + m * self.l_com**2
+        jr = p.arm_mass_kg * p.arm_length_m**2 / 12.0 + p.rotor_and_hub_inertia_kg_m2
+        self.mrl = m * self.r * self.l_com
+        self.mgl = m * p.gravity_m_s2 * self.l_com
+        self.j0 = jr + m * self.r**2
+        self.kt_over_r = p.motor_torque_constant_nm_per_a / p.motor_resistance_ohm
+        self.km = p.motor_back_emf_v_s_per_rad
+        self.br = p.arm_viscous_damping_nms_per_rad
+        self.bp = p.pendulum_viscous_damping_nms_per_rad
+        self.fc = p.arm_coulomb_friction_nm
+        self.limit = p.arm_limit_rad
+
+
+class _Ops:
+    """The math the equations need, for floats (``math``) or arrays (``numpy``)."""
+
+    def __init__(self, sin: Any, cos: Any, tanh: Any, where: Any) -> None:
+        self.sin, self.cos, self.tanh, self.where = sin, cos, tanh, where
+
+
+def _where_float(cond: bool, a: float, b: float) -> float:
+    return a if cond else b
+
+
+FLOAT_OPS = _Ops(math.sin, math.cos, math.tanh, _where_float)
+ARRAY_OPS = _Ops(np.sin, np.cos, np.tanh, np.where)  # a batch of rigs, elementwise
+
+
+def accelerations(
+    k: Coefficients,
+    alpha: Any,
+    theta_dot: Any,
+    alpha_dot: Any,
+    volts: Any,
+    engaged: Any,
+    ops: _Ops,
+) -> tuple[Any, Any]:
+    """``(theta'', alpha'')`` of the equations of motion (the module docstring's)."""
+    s, c = ops.sin(alpha), ops.cos(alpha)
+    torque = engaged * k.kt_over_r * (volts - k.km * theta_dot) - k.br * theta_dot
+    torque = torque - k.fc * ops.tanh(theta_dot / FRICTION_VELOCITY_RAD_S)
+    jps = k.jp * s
+    rhs1 = torque - 2.0 * jps * c * theta_dot * alpha_dot + k.mrl * s * alpha_dot**2
+    rhs2 = -k.bp * alpha_dot + jps * c * theta_dot**2 - k.mgl * s
+    m11 = k.j0 + jps * s
+    m12 = k.mrl * c
+    det = m11 * k.jp - m12 * m12
+    return (k.jp * rhs1 - m12 * rhs2) / det, (m11 * rhs2 - m12 * rhs1) / det
+
+
+State = tuple[Any, Any, Any, Any]
+
+
+def rk4_step(k: Coefficients, x: State, h: Any, volts: Any, engaged: Any, ops: _Ops) -> State:
+    """One fixed RK4 step, then the cable stop.
+
+    One fixed RK4 step of ``(theta, alpha, theta_dot, alpha_dot)`` with the voltage held,
+    then the cable stop: an impulsive, inelastic stop of the arm. The impulse acts on theta
+    only, so the pendulum's generalised momentum ``M21 th' + M22 a'`` is conserved.
+    """
+    th, al, td, ad = x
+    k1t, k1a = accelerations(k, al, td, ad, volts, engaged, ops)
+    h2 = 0.5 * h
+    td2, ad2 = td + h2 * k1t, ad + h2 * k1a
+    k2t, k2a = accelerations(k, al + h2 * ad, td2, ad2, volts, engaged, ops)
+    td3, ad3 = td + h2 * k2t, ad + h2 * k2a
+    k3t, k3a = accelerations(k, al + h2 * ad2, td3, ad3, volts, engaged, ops)
+    td4, ad4 = td + h * k3t, ad + h * k3a
+    k4t, k4a = accelerations(k, al + h * ad3, td4, ad4, volts, engaged, ops)
+    h6 = h / 6.0
+    th = th + h6 * (td + 2.0 * td2 + 2.0 * td3 + td4)
+    al = al + h6 * (ad + 2.0 * ad2 + 2.0 * ad3 + ad4)
+    td = td + h6 * (k1t + 2.0 * k2t + 2.0 * k3t + k4t)
+    ad = ad + h6 * (k1a + 2.0 * k2a + 2.0 * k3a + k4a)
+    high, low = th >= k.limit, th <= -k.limit
+    stop = ops.where(high, td > 0.0, ops.where(low, td < 0.0, False))
+    th = ops.where(high, k.limit, ops.where(low, -k.limit, th))
+    ad = ops.where(stop, (k.mrl * ops.cos(al) * td + k.jp * ad) / k.jp, ad)
+    td = ops.where(stop, 0.0, td)
+    return th, al, td, ad
+
+
+def effective_voltage(volts: Any, max_voltage_v: Any, dead_zone_v: Any, ops: _Ops) -> Any:
+    """Voltage the motor actually sees: clamped to the limit, zero inside the dead zone."""
+    v = ops.where(volts > max_voltage_v, max_voltage_v, volts)
+    v = ops.where(v < -max_voltage_v, -max_voltage_v, v)
+    return ops.where(abs(v) < dead_zone_v, 0.0, v)
+
+
 class FurutaDynamics:
-    """Integrates the pendulum with fixed-step RK4; plain floats for speed (~25 us a step).
+    """Integrates one pendulum with fixed-step RK4 on plain floats (a few us a step).
 
     :param params: the rig's physical parameters.
     """
 
     def __init__(self, params: PendulumParams) -> None:
         self.params = params
-        p = params
-        self._m = p.pendulum_mass_kg
-        self._r = p.arm_length_m
-        self._l = p.pendulum_length_m / 2.0
-        self._jp = p.pendulum_mass_kg * p.pendulum_length_m**2 / 12.0 + self._m * self._l**2
-        self._jr = p.arm_mass_kg * p.arm_length_m**2 / 12.0 + p.rotor_and_hub_inertia_kg_m2
-        self._mrl = self._m * self._r * self._l
-        self._mgl = self._m * p.gravity_m_s2 * self._l
-        self._j0 = self._jr + self._m * self._r**2
-        self._kt_over_r = p.motor_torque_constant_nm_per_a / p.motor_resistance_ohm
-        self._km = p.motor_back_emf_v_s_per_rad
-        self._br = p.arm_viscous_damping_nms_per_rad
-        self._bp = p.pendulum_viscous_damping_nms_per_rad
-        self._fc = p.arm_coulomb_friction_nm
+        self._k = Coefficients(params)
         self.theta = 0.0
         self.alpha = 0.0
         self.theta_dot = 0.0
@@ -164,80 +255,32 @@ class FurutaDynamics:
 
     def energy_j(self) -> float:
         """Total mechanical energy (kinetic + potential, zero at rest hanging down)."""
+        k = self._k
         s, c = math.sin(self.alpha), math.cos(self.alpha)
         td, ad = self.theta_dot, self.alpha_dot
-        kinetic = 0.5 * (self._j0 + self._jp * s * s) * td * td
-        kinetic += self._mrl * c * td * ad + 0.5 * self._jp * ad * ad
-        return kinetic + self._mgl * (1.0 - c)
+        kinetic = 0.5 * (k.j0 + k.jp * s * s) * td * td
+        kinetic += k.mrl * c * td * ad + 0.5 * k.jp * ad * ad
+        return kinetic + k.mgl * (1.0 - c)
 
     def effective_voltage(self, voltage_v: float) -> float:
         """Voltage the motor actually sees: clamped to the limit, minus the dead zone."""
         p = self.params
-        v = max(-p.max_voltage_v, min(p.max_voltage_v, voltage_v))
-        if abs(v) < p.motor_dead_zone_v:
-            return 0.0
-        return v
+        return float(effective_voltage(voltage_v, p.max_voltage_v, p.motor_dead_zone_v, FLOAT_OPS))
 
     # -- integration -----------------------------------------------------------------------
-
-    def _accel(
-        self, alpha: float, theta_dot: float, alpha_dot: float, voltage_v: float, engaged: bool
-    ) -> tuple[float, float]:
-        s, c = math.sin(alpha), math.cos(alpha)
-        torque = -self._br * theta_dot
-        if engaged:
-            torque += self._kt_over_r * (voltage_v - self._km * theta_dot)
-        if self._fc:
-            torque -= self._fc * math.tanh(theta_dot / 0.01)
-        jps = self._jp * s
-        rhs1 = torque - 2.0 * jps * c * theta_dot * alpha_dot + self._mrl * s * alpha_dot**2
-        rhs2 = -self._bp * alpha_dot + jps * c * theta_dot**2 - self._mgl * s
-        m11 = self._j0 + jps * s
-        m12 = self._mrl * c
-        m22 = self._jp
-        det = m11 * m22 - m12 * m12
-        return (m22 * rhs1 - m12 * rhs2) / det, (m11 * rhs2 - m12 * rhs1) / det
 
     def step(self, dt_s: float, voltage_v: float, engaged: bool) -> None:
         """Advance by ``dt_s`` with the voltage held (zero-order hold), then apply the stop."""
         v = self.effective_voltage(voltage_v)
-        th, al, td, ad = self.theta, self.alpha, self.theta_dot, self.alpha_dot
-        acc = self._accel
-        k1t, k1a = acc(al, td, ad, v, engaged)
-        h2 = 0.5 * dt_s
-        k2t, k2a = acc(al + h2 * ad, td + h2 * k1t, ad + h2 * k1a, v, engaged)
-        td2, ad2 = td + h2 * k1t, ad + h2 * k1a
-        k3t, k3a = acc(al + h2 * ad2, td + h2 * k2t, ad + h2 * k2a, v, engaged)
-        td3, ad3 = td + h2 * k2t, ad + h2 * k2a
-        k4t, k4a = acc(al + dt_s * ad3, td + dt_s * k3t, ad + dt_s * k3a, v, engaged)
-        td4, ad4 = td + dt_s * k3t, ad + dt_s * k3a
-        h6 = dt_s / 6.0
-        self.theta = th + h6 * (td + 2.0 * td2 + 2.0 * td3 + td4)
-        self.alpha = al + h6 * (ad + 2.0 * ad2 + 2.0 * ad3 + ad4)
-        self.theta_dot = td + h6 * (k1t + 2.0 * k2t + 2.0 * k3t + k4t)
-        self.alpha_dot = ad + h6 * (k1a + 2.0 * k2a + 2.0 * k3a + k4a)
-        self._apply_hard_stop()
+        x = rk4_step(self._k, self.state, dt_s, v, engaged, FLOAT_OPS)
+        self.theta, self.alpha, self.theta_dot, self.alpha_dot = x
+        self.at_limit = abs(self.theta) >= self.params.arm_limit_rad
 
     def advance(self, duration_s: float, voltage_v: float, engaged: bool) -> None:
         """Advance by a whole number of fixed physics steps covering ``duration_s``."""
         h = self.params.physics_step_s
         for _ in range(max(1, round(duration_s / h))):
             self.step(h, voltage_v, engaged)
-
-    def _apply_hard_stop(self) -> None:
-        limit = self.params.arm_limit_rad
-        if abs(self.theta) < limit:
-            self.at_limit = False
-            return
-        self.at_limit = True
-        side = math.copysign(1.0, self.theta)
-        self.theta = side * limit
-        if self.theta_dot * side > 0.0:
-            # Impulsive, inelastic stop of the arm: the impulse acts on theta only, so the
-            # pendulum's generalised momentum p_alpha = M21 th' + M22 a' is conserved.
-            m21 = self._mrl * math.cos(self.alpha)
-            self.alpha_dot = (m21 * self.theta_dot + self._jp * self.alpha_dot) / self._jp
-            self.theta_dot = 0.0
 
     # -- sensing ---------------------------------------------------------------------------
 

@@ -111,6 +111,7 @@ class ControlNode(LifecycleNode):
         self._publish_enabled = True
         self._episodes_done = 0  # the next activation's first episode number
         self._train_episodes_done = 0  # over every activation: what ``episodes`` counts
+        self._excitation_episodes_done = 0  # ... and what ``excitation_episodes`` counts
         self._rt_notes: list[str] = []
         self._control_fifo = False
         self._activation_base = 0  # the RT status's activation count when we last activated
@@ -227,6 +228,7 @@ class ControlNode(LifecycleNode):
             'activate',
             first_episode=self._episodes_done,
             train_episodes_done=self._train_episodes_done,
+            excitation_episodes_done=self._excitation_episodes_done,
         ):
             self._motor_confirmed_off = True
             self.get_logger().error('activate refused: the command ring is full')
@@ -516,8 +518,10 @@ class ControlNode(LifecycleNode):
                 violations = rt.status.violations if rt is not None else 0
                 out.episode(ep, violations, self._weights.learner_stats, publish)
             self._episodes_done = max(self._episodes_done, ep.episode + 1)
-            if not ep.evaluation:
+            if ep.kind == 'training':
                 self._train_episodes_done += 1
+            elif ep.kind == 'excitation':
+                self._excitation_episodes_done += 1
             if ep.evaluation and self._settings is not None:
                 log.info(self._weights.judged(ep, self._settings.run_dir))
         elif kind == 'stopped':

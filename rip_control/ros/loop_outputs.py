@@ -28,7 +28,7 @@ from rip_control.ros.qos import TICK_QOS, TRANSITIONS_QOS
 from rip_control.rt.gate import MISSED, VERDICTS
 from rip_control.rt.link import RtStatus
 from rip_control.rt.loop import EpisodeSummary
-from rip_control.telemetry import EpisodeTiming, TimingCsv
+from rip_control.telemetry import EPISODE_KINDS, EpisodeTiming, TimingCsv
 from rip_control.transitions import field_layout
 
 EPISODE_FIELDS = (
@@ -42,7 +42,7 @@ EPISODE_FIELDS = (
     'n_strikes',
     'policy_version',
     'terminated',
-    'evaluation',
+    'kind',  # index into rip_control.telemetry.EPISODE_KINDS
     'verdict',
     'live_version',
     'best_version',
@@ -163,7 +163,7 @@ class LoopOutputs:
                     episode_return=ep.episode_return,
                     balance_s=ep.balance_s,
                     policy_version=ep.policy_version,
-                    kind='eval' if ep.evaluation else 'train',
+                    kind=ep.kind,
                     verdict=ep.verdict,
                     live_version=ep.live_version,
                 )
@@ -183,7 +183,7 @@ class LoopOutputs:
             float(ep.n_strikes),
             float(ep.policy_version),
             float(ep.terminated),
-            float(ep.evaluation),
+            float(EPISODE_KINDS.index(ep.kind)),
             float(VERDICTS.index(ep.verdict) if ep.verdict in VERDICTS else 0),
             float(ep.live_version),
             float(ep.best_version),
@@ -194,7 +194,7 @@ class LoopOutputs:
             float(MISSED.index(ep.eval_missed) if ep.eval_missed in MISSED else 0),
         ]
         self._episode_pub.publish(msg)
-        kind = 'evaluation episode' if ep.evaluation else 'episode'
+        kind = {'training': 'episode'}.get(ep.kind, f'{ep.kind} episode')
         self._node.get_logger().info(
             f'{kind} {ep.episode}: return {ep.episode_return:.2f}, balance {ep.balance_s:.2f} s, '
             f'tick {ep.dt_mean_s * 1e3:.3f}±{ep.dt_std_s * 1e3:.3f} ms, max overrun '

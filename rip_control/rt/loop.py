@@ -28,13 +28,14 @@ from rip_control.params import CONTROL_PARAMETERS, From, FromParams, Param
 from rip_control.policy import NumpyActor
 from rip_control.rig.client import RigDisconnected, RigError, RigProtocolError
 from rip_control.rig.env import RealRotaryInvertedPendulumEnv
+from rip_control.rig.excitation import Excitation, ExcitationDesign
 from rip_control.rig.protocol import ErrorCode
 from rip_control.rt.gate import PolicyGate
 from rip_control.rt.outbox import Outbox
 from rip_control.rt.pacer import Pacer, TickTiming
 from rip_control.rt.watchdog import OverrunWatchdog, TimingViolation
-from rip_control.telemetry import RunningStats
-from rip_control.transitions import Transition
+from rip_control.telemetry import EPISODE_KINDS, RunningStats
+from rip_control.transitions import EXCITATION_VERSION, Transition
 
 _log = logging.getLogger(__name__)
 
@@ -98,6 +99,8 @@ class LoopConfig(FromParams):
         off-policy, so narrower sampling changes what is tried, not how it is learnt from.
     :param episodes: stop after this many training episodes (0: until stopped); the
         regression guard's evaluation episodes are not counted.
+    :param excitation_episodes: excitation episodes (:mod:`rip_control.rig.excitation`)
+        before the first training episode; not counted in ``episodes``.
     :param seed: seed of the exploration noise.
     :param fault_tick_delay_s: FAULT INJECTION for tests, never on a rig: stretch every tick's
         work by this long once ``fault_after_ticks`` ticks have run (0: off).
@@ -126,6 +129,7 @@ class LoopConfig(FromParams):
         'stochastic_actions': From('stochastic_actions'),
         'train_noise_scale': From('train_noise_scale'),
         'episodes': From('episodes'),
+        'excitation_episodes': From('excitation_episodes'),
         'seed': From('seed'),
         'fault_tick_delay_s': From('fault_tick_delay_ms', 1e-3),
         'fault_after_ticks': From('fault_after_ticks'),
@@ -143,6 +147,7 @@ class LoopConfig(FromParams):
     stochastic_actions: bool
     train_noise_scale: float
     episodes: int
+    excitation_episodes: int
     seed: int
     fault_tick_delay_s: float
     fault_after_ticks: int
@@ -168,6 +173,8 @@ class LoopConfig(FromParams):
             raise ValueError(f'max_serial_errors must be >= 1, got {self.max_serial_errors}')
         if self.episodes < 0:
             raise ValueError(f'episodes must be >= 0, got {self.episodes}')
+        if self.excitation_episodes < 0:
+            raise ValueError(f'excitation_episodes must be >= 0, got {self.excitation_episodes}')
         if not 0.0 <= self.train_noise_scale <= 1.0:
             raise ValueError(f'train_noise_scale must be in [0, 1], got {self.train_noise_scale}')
 
@@ -200,8 +207,10 @@ class TickSample:
 class EpisodeSummary:
     """What one episode did; the node turns it into a timing.csv row and a topic message.
 
-    An evaluation episode (``evaluation``) was driven by its actor's mean action and sent no
-    transitions; ``verdict`` is the guard's (``baseline``, ``promoted``, ``rejected``).
+    ``kind`` is one of :data:`~rip_control.telemetry.EPISODE_KINDS`. An evaluation episode was
+    driven by its actor's mean action and sent no transitions; an excitation episode by the
+    excitation input (its transitions carry ``policy_version`` -1); ``verdict`` is the
+    guard's (``baseline``, ``promoted``, ``rejected``).
     ``eval_bar`` and ``eval_balance_bar_s`` are what an evaluated candidate had to reach, and
     ``eval_missed`` which of them a rejected one missed (``return`` or ``balance``);
     ``live_version``, ``best_version``, ``best_score`` and ``balance_reference_s`` are the
@@ -221,7 +230,7 @@ class EpisodeSummary:
     transitions_published: int
     transitions_dropped_late: int
     settled: bool
-    evaluation: bool = False
+    kind: str = 'training'
     verdict: str = ''
     eval_bar: float = math.nan
     eval_balance_bar_s: float = math.nan
@@ -230,6 +239,15 @@ class EpisodeSummary:
     best_version: int = -1
     best_score: float = math.nan
     balance_reference_s: float = math.nan
+
+    def __post_init__(self) -> None:
+        if self.kind not in EPISODE_KINDS:
+            raise ValueError(f'episode kind {self.kind!r} is none of {EPISODE_KINDS}')
+
+    @property
+    def evaluation(self) -> bool:
+        """Whether the regression guard's evaluation drove it."""
+        return self.kind == 'evaluation'
 
 
 class LoopStatus:
@@ -246,6 +264,7 @@ class LoopStatus:
         self.episodes = 0  # every episode (their numbers)
         self.train_episodes = 0  # ... of them, training episodes (what ``episodes`` counts)
         self.eval_episodes = 0
+        self.excitation_episodes = 0
         self.phase = 'idle'
         self.transitions_dropped_late = 0
         # (ticks, deadline of the last tick), replaced as one object: a reader in another
@@ -266,6 +285,7 @@ class ControlLoop:
     :param first_episode: number of the first episode (continues across activations).
     :param train_episodes_done: training episodes earlier activations ran: ``episodes``
         counts over all of them, so a re-activation runs only those still owed.
+    :param excitation_episodes_done: excitation episodes earlier activations ran (likewise).
     :param gate: the regression guard's state, kept across activations by the caller
         (default: a new one from ``config``).
     """
@@ -281,11 +301,15 @@ class ControlLoop:
         first_episode: int = 0,
         train_episodes_done: int = 0,
         gate: PolicyGate[NumpyActor] | None = None,
+        excitation_episodes_done: int = 0,
     ) -> None:
         self.env = env
         self.gate: PolicyGate[NumpyActor] = gate or config.gate()
         self.first_episode = first_episode
         self.train_episodes_done = train_episodes_done
+        self.excitation_episodes_done = excitation_episodes_done
+        task = env.config
+        self._excitation = Excitation(ExcitationDesign(), task.rate_hz, task.max_action_v)
         self.config = config
         self.snapshot = snapshot
         self.transitions = transitions
@@ -368,6 +392,10 @@ class ControlLoop:
             except RigError as exc:
                 _log.error('disengage failed (%s); the firmware deadman will stop the motor', exc)
 
+    def _excitation_owed(self) -> bool:
+        done = self.excitation_episodes_done + self.status.excitation_episodes
+        return done < self.config.excitation_episodes
+
     def _all_episodes_done(self) -> bool:
         owed = self.config.episodes
         return 0 < owed <= self.train_episodes_done + self.status.train_episodes
@@ -417,18 +445,23 @@ class ControlLoop:
         elif phase is Phase.EPISODE_START:
             # First tick of an episode: observe at the tick, act at once.
             self._obs = env.begin_episode()
-            evaluation, actor = self.gate.next_episode(self.snapshot.read_from_rt())
-            self._episode = _Episode(
-                settled=self._settled,
-                evaluation=evaluation,
-                actor=actor if self.gate.enabled else None,
-            )
+            if self._excitation_owed():
+                self._episode = _Episode(settled=self._settled, kind='excitation')
+            else:
+                evaluation, actor = self.gate.next_episode(self.snapshot.read_from_rt())
+                self._episode = _Episode(
+                    settled=self._settled,
+                    kind='evaluation' if evaluation else 'training',
+                    actor=actor if self.gate.enabled else None,
+                )
             self._enter(Phase.EPISODE)
             self._act()
         else:  # Phase.EPISODE
             episode = self._episode
             next_obs, reward, terminated, truncated, info = env.observe_and_step()
             episode.record_tick(timing, strike, info, env.config.balance_threshold_rad)
+            if episode.kind == 'excitation' and not terminated:
+                truncated = self._excitation.steps <= env.episode_steps_done  # its own length
             eval_steps = round(self.config.eval_episode_s * env.config.rate_hz)
             if episode.evaluation and not terminated and eval_steps > 0:
                 # Its own length, shorter or longer than a training episode's.
@@ -445,8 +478,14 @@ class ControlLoop:
             self._act()
 
     def _act(self) -> None:
-        latest = self.snapshot.read_from_rt()  # every tick: a newer actor swaps in here
         episode = self._episode
+        if episode.kind == 'excitation':  # no actor drives it
+            action = self._excitation.action(self.env.episode_steps_done, self._obs)
+            self.env.apply_action(action)
+            episode.last_action = action
+            episode.policy_version = EXCITATION_VERSION
+            return
+        latest = self.snapshot.read_from_rt()  # every tick: a newer actor swaps in here
         actor = episode.actor or latest  # the guard's choice, if it is on
         noise = None
         if self.config.stochastic_actions and not episode.evaluation:
@@ -519,6 +558,8 @@ class ControlLoop:
         if episode.evaluation:
             verdict = gate.judge(episode.ret, balance_s)
             st.eval_episodes += 1
+        elif episode.kind == 'excitation':
+            st.excitation_episodes += 1
         else:
             gate.finish_training()
             st.train_episodes += 1
@@ -536,7 +577,7 @@ class ControlLoop:
             transitions_published=episode.published,
             transitions_dropped_late=episode.dropped_late,
             settled=episode.settled,
-            evaluation=episode.evaluation,
+            kind=episode.kind,
             verdict=verdict.kind if verdict else '',
             eval_bar=verdict.bar if verdict else math.nan,
             eval_balance_bar_s=verdict.balance_bar_s if verdict else math.nan,
@@ -554,10 +595,11 @@ class _Episode:
     """Per-episode accumulators (the loop's own)."""
 
     def __init__(
-        self, settled: bool = True, evaluation: bool = False, actor: NumpyActor | None = None
+        self, settled: bool = True, kind: str = 'training', actor: NumpyActor | None = None
     ) -> None:
         self.settled = settled
-        self.evaluation = evaluation
+        self.kind = kind
+        self.evaluation = kind == 'evaluation'
         self.actor = actor  # None: the newest actor, tick by tick
         self.dt = RunningStats()
         self.max_overrun_s = -math.inf

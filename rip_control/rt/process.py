@@ -265,11 +265,14 @@ class RtControl:
             return False, f'{type(exc).__name__}: {exc}'
         return True, ''
 
-    def run_once(self, first_episode: int, train_episodes_done: int = 0) -> None:
+    def run_once(
+        self, first_episode: int, train_episodes_done: int = 0, excitation_episodes_done: int = 0
+    ) -> None:
         """One activation: engage, run episodes until stopped or faulted, disengage.
 
         :param train_episodes_done: by earlier activations (a re-activation after a trip runs
             only the training episodes still owed).
+        :param excitation_episodes_done: likewise, the excitation episodes.
         """
         assert self.client is not None
         holdback = self.loop_config.max_strikes - 1
@@ -287,6 +290,7 @@ class RtControl:
             first_episode=first_episode,
             train_episodes_done=train_episodes_done,
             gate=self.gate,
+            excitation_episodes_done=excitation_episodes_done,
         )
         self.status.activation += 1
         self.status.motor_confirmed_off = 0
@@ -328,7 +332,9 @@ class RtControl:
                 cmd, self._activate = self._activate, None
                 if not self._stop_run:  # (a stop that came after it: the run never begins)
                     self.run_once(
-                        int(cmd.get('first_episode', 0)), int(cmd.get('train_episodes_done', 0))
+                        int(cmd.get('first_episode', 0)),
+                        int(cmd.get('train_episodes_done', 0)),
+                        int(cmd.get('excitation_episodes_done', 0)),
                     )
                     continue
             if self._stop_run:  # a stop while idle: disengage again, answer

@@ -34,6 +34,7 @@ from rip_control.params import CONTROL_PARAMETERS, Param, parse_options, table_b
 from rip_control.rt.gate import MISSED, VERDICTS, rejection_reason
 from rip_control.run.launching import LAUNCH_ARGUMENT_BY_NAME
 from rip_control.signals import StopSignals
+from rip_control.telemetry import EPISODE_KINDS
 
 OPTIONS = (
     Param('controls', '/rip_control', 'comma-separated fully qualified control node names'),
@@ -86,6 +87,7 @@ class RigMonitor:
         self.control_status_name = f'{control_fqn.lstrip("/")}: control loop'
         self.episodes: list[dict[str, float]] = []  # training episodes
         self.evaluations: list[dict[str, float]] = []  # the regression guard's
+        self.excitations: list[dict[str, float]] = []  # the identification's input
         self.learner: dict[str, str] = {}
         self.control: dict[str, str] = {}
         self.control_message = ''
@@ -102,7 +104,17 @@ class RigMonitor:
     def _on_episode(self, msg: Any) -> None:
         ep = {d.label: float(v) for d, v in zip(msg.layout.dim, msg.data, strict=False)}
         prefix = f'[{self.label}] ' if self.label else ''
-        if ep.get('evaluation'):
+        kind = int(ep.get('kind', 0))
+        kind_name = EPISODE_KINDS[kind] if 0 <= kind < len(EPISODE_KINDS) else '?'
+        if kind_name == 'excitation':
+            self.excitations.append(ep)
+            say(
+                f'{prefix}excitation {int(ep["episode"]):3d}: {int(ep["n_ticks"])} ticks, tick '
+                f'{ep["dt_mean_ms"]:.3f} ± {ep["dt_std_ms"]:.3f} ms'
+                + (', ended at the arm limit' if ep.get('terminated') else '')
+            )
+            return
+        if kind_name == 'evaluation':
             self.evaluations.append(ep)
             verdict = VERDICTS[int(ep['verdict'])] if 0 <= ep['verdict'] < len(VERDICTS) else '?'
             reason = episode_rejection(ep)

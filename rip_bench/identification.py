@@ -1,0 +1,234 @@
+"""``identification``: how well the rig's physics is identified from its own transitions.
+
+``python -m rip_bench identification --seeds 0 1 2``
+
+For each shipped rig file and seed: the excitation episode and then deployment episodes of
+the shipped policy from hanging, recorded in simulation with the rig's physics (its encoder
+noise and latency included: the readings the identification sees are what a rig reports),
+then :func:`rip_learner.identify.identify` from the QUBE-Servo 2 prior. Each fitted value's
+error against the rig file, and whether it is within the goal's tolerance; with
+``--episodes 0 1 3`` also how the error shrinks with more data.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rip_bench.common import DEFAULT_POLICY, shipped
+
+NAME = 'identification'
+HELP = 'identify the shipped rigs from simulated recordings; errors against the truth'
+
+RIGS = (
+    'config/rig_qube_servo2.yaml',
+    'config/rig_shifted_worn.yaml',
+    'config/rig_shifted_heavy.yaml',
+    'config/rig_shifted_stuck.yaml',
+)
+
+#: The goal's tolerance per parameter: absolute in the unit, or relative (a fraction).
+TOLERANCE: dict[str, tuple[str, float]] = {
+    'motor_dead_zone_v': ('abs', 0.1),
+    'sensing_latency_s': ('abs', 0.003),
+    'arm_coulomb_friction_nm': ('rel', 0.25),
+    'arm_viscous_damping_nms_per_rad': ('rel', 0.25),
+    'pendulum_viscous_damping_nms_per_rad': ('rel', 0.25),
+    'motor_resistance_ohm': ('rel', 0.25),
+}
+
+#: A Coulomb friction this small (N m) counts as zero: against a true 0 a relative error is
+#: meaningless, so the absolute error is judged against 25 % of the stuck rig's.
+FRICTION_FLOOR_NM = 0.002 * 0.25
+
+
+def within(name: str, value: float, truth: float) -> bool:
+    """Whether ``value`` is within the goal's tolerance of ``truth``."""
+    kind, tol = TOLERANCE[name]
+    if kind == 'abs':
+        return abs(value - truth) <= tol
+    if name == 'arm_coulomb_friction_nm' and truth < FRICTION_FLOOR_NM / tol:
+        return abs(value - truth) <= FRICTION_FLOOR_NM
+    return abs(value - truth) <= tol * abs(truth)
+
+
+def simulated_recording(
+    rig: Any,
+    *,
+    seed: int,
+    episodes: int = 1,
+    episode_seconds: float = 10.0,
+    policy: str | Path = DEFAULT_POLICY,
+) -> dict[str, np.ndarray]:
+    """A simulated recording of the rig, as buffer arrays.
+
+    Buffer arrays (fields and provenance) of an excitation episode and then ``episodes``
+    deterministic episodes of ``policy`` from hanging, in simulation at ``rig``'s physics.
+    """
+    from rip_control.policy import load_actor_file
+    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE, SimRotaryInvertedPendulumEnv, TaskConfig
+    from rip_control.rig.excitation import Excitation, ExcitationDesign
+    from rip_control.transitions import EXCITATION_VERSION
+
+    rate = float(shipped('rate_hz'))
+    design = ExcitationDesign()
+    task = TaskConfig(
+        rate_hz=rate,
+        episode_seconds=max(episode_seconds, design.duration_s),  # steps are counted here
+        max_action_v=float(shipped('max_action_v')),
+        arm_limit_rad=float(shipped('arm_limit_rad')),
+    )
+    actor = load_actor_file(policy, rate_hz=rate, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+    excitation = Excitation(design, rate, task.max_action_v)
+    env = SimRotaryInvertedPendulumEnv(task, rig)
+    rows: list[tuple[Any, ...]] = []
+    for episode in range(episodes + 1):
+        obs, _ = env.reset(seed=seed * 1000 + episode)
+        steps = excitation.steps if episode == 0 else round(episode_seconds * rate)
+        for step in range(steps):
+            if episode == 0:
+                action, version = excitation.action(step, obs), EXCITATION_VERSION
+            else:
+                action, version = actor.act(obs), 1
+            nxt, reward, terminated, truncated, _ = env.step(action)
+            truncated = truncated or step == steps - 1
+            rows.append((obs, action, reward, nxt, terminated, truncated, episode, step, version))
+            obs = nxt
+            if terminated or truncated:
+                break
+    return {
+        'observations': np.stack([r[0] for r in rows]).astype(np.float32),
+        'next_observations': np.stack([r[3] for r in rows]).astype(np.float32),
+        'actions': np.stack([np.asarray(r[1]) for r in rows]).astype(np.float32),
+        'rewards': np.array([r[2] for r in rows], dtype=np.float32),
+        'dones': np.array([r[4] for r in rows], dtype=np.float32),
+        'timeouts': np.array([r[5] for r in rows], dtype=np.float32),
+        'episodes': np.array([r[6] for r in rows], dtype=np.float64),
+        'steps': np.array([r[7] for r in rows], dtype=np.float64),
+        'dts': np.full(len(rows), 1.0 / rate),
+        'policy_versions': np.array([r[8] for r in rows], dtype=np.float64),
+    }
+
+
+def identify_one(rig_file: str, seed: int, episodes: int, opts: dict[str, Any]) -> dict[str, Any]:
+    """One rig, seed and amount of data: the errors of every fitted value."""
+    from rip_control.rig.dynamics import PendulumParams
+    from rip_learner.identify import identify, records_from_arrays
+
+    truth = PendulumParams.from_yaml(rig_file)
+    arrays = simulated_recording(truth, seed=seed, episodes=episodes)
+    records = records_from_arrays(arrays, 1.0 / opts['rate_hz'], opts['max_action_v'])
+    result, _ = identify(records, PendulumParams(), {**opts, 'seed': seed}, log=lambda _: None)
+    params: dict[str, Any] = {}
+    for e in result.estimates:
+        true = float(getattr(truth, e.name))
+        row = {
+            'truth': true,
+            'value': float(e.value),
+            'std': None if np.isnan(e.std) else float(e.std),
+            'determined': bool(e.determined),
+            'error': float(e.value - true),
+        }
+        if e.name in TOLERANCE:
+            row['within_goal'] = bool(within(e.name, e.value, true))
+        params[e.name] = row
+    ok = all(p.get('within_goal', True) for p in params.values())
+    print(
+        f'{Path(rig_file).stem} seed {seed}, {result.seconds_of_data:.0f} s of data: '
+        f'{"within" if ok else "OUTSIDE"} the goal; '
+        + ', '.join(
+            f'{n} {p["value"]:.4g} (true {p["truth"]:.4g})'
+            for n, p in params.items()
+            if n in TOLERANCE
+        )
+        + f'; {result.wall_s:.1f} s',
+        flush=True,
+    )
+    return {
+        'rig': rig_file,
+        'seed': seed,
+        'episodes': episodes,
+        'seconds_of_data': result.seconds_of_data,
+        'wall_s': result.wall_s,
+        'within_goal': bool(ok),
+        'undetermined': result.undetermined,
+        'residual_rms_rad': [result.rms_theta_rad, result.rms_alpha_rad],
+        'params': params,
+    }
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The ``identification`` options."""
+    ap.add_argument('--rigs', nargs='+', default=list(RIGS))
+    ap.add_argument('--seeds', nargs='+', type=int, default=[0, 1, 2])
+    ap.add_argument(
+        '--episodes',
+        nargs='+',
+        type=int,
+        default=[1],
+        help='deployment episodes after the excitation (10 s each), one fit per value',
+    )
+
+
+def run(a: argparse.Namespace) -> dict[str, Any]:
+    """Every rig x seed x amount of data: the JSON record."""
+    from rip_control.params import defaults
+    from rip_learner.identify import OPTIONS
+
+    opts = defaults(OPTIONS)
+    runs = [
+        identify_one(rig, seed, episodes, opts)
+        for episodes in a.episodes
+        for rig in a.rigs
+        for seed in a.seeds
+    ]
+    return {'benchmark': NAME, 'options': opts, 'tolerance': TOLERANCE, 'runs': runs}
+
+
+def identification_table(docs: list[dict[str, Any]]) -> str:
+    """Markdown: per rig and amount of data, each goal parameter's error (worst over seeds)."""
+    names = list(TOLERANCE)
+    short = {
+        'motor_dead_zone_v': 'dead zone (V)',
+        'sensing_latency_s': 'latency (ms)',
+        'arm_coulomb_friction_nm': 'friction',
+        'arm_viscous_damping_nms_per_rad': 'arm damping',
+        'pendulum_viscous_damping_nms_per_rad': 'pend. damping',
+        'motor_resistance_ohm': 'resistance',
+    }
+    rows = [
+        '| rig | data | within goal (seeds) | ' + ' | '.join(short[n] for n in names) + ' |',
+        '|---|---|---|' + '---|' * len(names),
+    ]
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for d in docs:
+        for r in d['runs']:
+            groups.setdefault((r['rig'], r['episodes']), []).append(r)
+    for (rig, _), runs in groups.items():
+        cells = []
+        for n in names:
+            errs = [r['params'][n]['error'] for r in runs]
+            worst = max(errs, key=abs)
+            if TOLERANCE[n][0] == 'abs':
+                scale = 1e3 if n == 'sensing_latency_s' else 1.0
+                cell = f'{worst * scale:+.2f}'
+            else:
+                truth = runs[0]['params'][n]['truth']
+                cell = f'{100 * worst / truth:+.0f} %' if truth > 0 else f'{worst:+.1e}'
+            if not all(r['params'][n]['within_goal'] for r in runs):
+                cell = f'**{cell}**'
+            cells.append(cell)
+        ok = sum(r['within_goal'] for r in runs)
+        secs = np.mean([r['seconds_of_data'] for r in runs])
+        rows.append(
+            f'| {Path(rig).stem} | {secs:.0f} s | {ok} of {len(runs)} | '
+            + ' | '.join(cells)
+            + ' |'
+        )
+    return '\n'.join(rows)
+
+
+TABLES = {NAME: identification_table}

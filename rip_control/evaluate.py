@@ -9,8 +9,11 @@ exploration noise) at the configured rate, through its lifecycle, on the rig at
 process records every tick's transition from the ``transitions`` topic and reports, per
 episode (:mod:`rip_control.run.evaluation`): the longest continuous balance window
 (|phi| < 0.2 rad), the time to swing up, action chatter (total variation per second, sign
-changes per second) and tick statistics. It writes ``runs/<run_name>/evaluation.json`` and
-``evaluation.png`` (angle and action traces). Exit status as the fine-tune runner's.
+changes per second) and tick statistics. It writes ``runs/<run_name>/evaluation.json``,
+``evaluation.png`` (angle and action traces) and every transition it recorded as a replay-buffer
+file (``evaluation_transitions.safetensors``, what ``rip_learner.identify buffer:=`` reads).
+With ``excitation_episodes:=1`` the rig first runs the excitation episode (recorded, not
+scored). Exit status as the fine-tune runner's.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from rip_control.files import atomic_write_bytes
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.run.evaluation import EpisodeMetrics, episode_metrics, phi_from_obs, summarize
 from rip_control.run.launching import LAUNCH_ARGUMENTS, LEARNER, arguments_help
+from rip_control.transitions import EXCITATION_VERSION
 
 LEARNER_ONLY = tuple(
     a.name for a in LAUNCH_ARGUMENTS if a.targets and all(n == LEARNER for n, _ in a.targets)
@@ -52,10 +56,15 @@ def _attempts(ticks: list[Any]) -> list[list[Any]]:
 
 
 class TransitionRecorder:
-    """Collects the control node's transitions, per episode, in arrival order."""
+    """Collects the control node's transitions, per episode, in arrival order.
+
+    ``ticks`` holds the policy's episodes (scored); ``received`` every transition, the
+    excitation's too (for the identification).
+    """
 
     def __init__(self) -> None:
         self.ticks: dict[int, list[Any]] = defaultdict(list)
+        self.received: list[Any] = []
         self.rejected = 0
         self.cut_attempts = 0  # episodes cut by a fault and run again under the same number
 
@@ -82,7 +91,9 @@ class TransitionRecorder:
         except TransitionRejected:
             self.rejected += 1
             return
-        self.ticks[t.episode].append(t)
+        self.received.append(t)
+        if t.policy_version != EXCITATION_VERSION:
+            self.ticks[t.episode].append(t)
 
     def complete(self, n: int) -> bool:
         """True once ``n`` episodes have ended (a terminated or truncated tick each)."""
@@ -168,6 +179,9 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
         'episodes': [{'episode': ep, **m.as_dict()} for ep, m, _ in episodes],
         'summary': summarize([m for _, m, _ in episodes]),
         'transitions_rejected': recorder.rejected,
+        'excitation_transitions': sum(
+            t.policy_version == EXCITATION_VERSION for t in recorder.received
+        ),
         'cut_attempts_dropped': recorder.cut_attempts,
         'ticks': run.get('ticks'),
         'failure': run['failure'],
@@ -177,6 +191,12 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
     atomic_write_bytes(run_dir / run_files.EVALUATION, text.encode())
     traces: dict[str, Any] = {f'ep{ep}_{k}': v for ep, _, tr in episodes for k, v in tr.items()}
     np.savez(run_dir / run_files.EVALUATION_TRACES, **traces)
+    if recorder.received:
+        from rip_learner import buffer_store
+
+        arrays = buffer_store.arrays_from_transitions(recorder.received)
+        meta = buffer_store.BufferMeta(rate, OBS_SIZE, ACTION_SIZE, len(recorder.received), 0)
+        buffer_store.save(run_dir / run_files.EVALUATION_TRANSITIONS, arrays, meta)
     if episodes:
         plot_traces(
             episodes,

@@ -114,7 +114,6 @@ def run_excitation(port: str, rate_hz: float, max_action_v: float, out: Path) ->
     from rip_control.rt.outbox import Outbox
     from rip_control.transitions import Transition
     from rip_learner import buffer_store
-    from rip_learner.identify import transitions_to_arrays
 
     class _NoActor:  # the excitation needs none; a training episode never starts here
         def read_from_rt(self) -> object:
@@ -150,7 +149,7 @@ def run_excitation(port: str, rate_hz: float, max_action_v: float, out: Path) ->
         got.append(t)
     if not done or not got:
         raise RigError('the excitation episode did not finish: nothing written')
-    arrays = transitions_to_arrays(got)
+    arrays = buffer_store.arrays_from_transitions(got)
     meta = buffer_store.BufferMeta(rate_hz, OBS_SIZE, ACTION_SIZE, len(got), 0)
     buffer_store.save(out, arrays, meta)
     ep = done[0]

@@ -23,6 +23,7 @@ EPISODE_RETURNS = 'episode_returns.png'
 EVALUATION = 'evaluation.json'  # rip_control.evaluate's report
 EVALUATION_TRACES = 'evaluation_traces.npz'
 EVALUATION_PLOT = 'evaluation.png'
+EVALUATION_TRANSITIONS = 'evaluation_transitions.safetensors'  # every transition it recorded
 IDENTIFIED_RIG = 'identified_rig.yaml'  # rip_learner.identify's rig description
 IDENTIFICATION_PLOT = 'identified_rig.png'  # ... its predicted-against-measured plot
 

@@ -138,6 +138,27 @@ def insert(rb: Any, arrays: dict[str, np.ndarray]) -> int:
     return n
 
 
+def arrays_from_transitions(transitions: list[Any]) -> dict[str, np.ndarray]:
+    """Buffer-shaped arrays (fields and provenance) of transitions.
+
+    Of :class:`~rip_control.transitions.Transition` objects, e.g. from a bag.
+    """
+    if not transitions:
+        return {}
+    return {
+        'observations': np.stack([t.obs for t in transitions]).astype(np.float32),
+        'next_observations': np.stack([t.next_obs for t in transitions]).astype(np.float32),
+        'actions': np.stack([t.action for t in transitions]).astype(np.float32),
+        'rewards': np.array([t.reward for t in transitions], dtype=np.float32),
+        'dones': np.array([t.terminated for t in transitions], dtype=np.float32),
+        'timeouts': np.array([t.truncated for t in transitions], dtype=np.float32),
+        'episodes': np.array([t.episode for t in transitions], dtype=np.float64),
+        'steps': np.array([t.step for t in transitions], dtype=np.float64),
+        'dts': np.array([t.dt_s for t in transitions], dtype=np.float64),
+        'policy_versions': np.array([t.policy_version for t in transitions], dtype=np.float64),
+    }
+
+
 def encode(arrays: dict[str, np.ndarray], meta: BufferMeta) -> bytes:
     """Safetensors bytes of a buffer with its metadata and checksum.
 

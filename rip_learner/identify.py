@@ -852,27 +852,6 @@ def identify(
 # -- input and output -------------------------------------------------------------------------
 
 
-def transitions_to_arrays(transitions: list[Any]) -> dict[str, np.ndarray]:
-    """Buffer-shaped arrays (fields and provenance) of transitions.
-
-    Of :class:`~rip_control.transitions.Transition` objects, e.g. from a bag.
-    """
-    if not transitions:
-        return {}
-    return {
-        'observations': np.stack([t.obs for t in transitions]).astype(np.float32),
-        'next_observations': np.stack([t.next_obs for t in transitions]).astype(np.float32),
-        'actions': np.stack([t.action for t in transitions]).astype(np.float32),
-        'rewards': np.array([t.reward for t in transitions], dtype=np.float32),
-        'dones': np.array([t.terminated for t in transitions], dtype=np.float32),
-        'timeouts': np.array([t.truncated for t in transitions], dtype=np.float32),
-        'episodes': np.array([t.episode for t in transitions], dtype=np.float64),
-        'steps': np.array([t.step for t in transitions], dtype=np.float64),
-        'dts': np.array([t.dt_s for t in transitions], dtype=np.float64),
-        'policy_versions': np.array([t.policy_version for t in transitions], dtype=np.float64),
-    }
-
-
 def load_records(opts: dict[str, Any]) -> tuple[list[Record], str]:
     """The records of the one data source given, and a description of it.
 
@@ -904,7 +883,7 @@ def load_records(opts: dict[str, Any]) -> tuple[list[Record], str]:
             action_size=action_size,
             dt_tolerance_s=1.0 / rate,  # a late tick is data too: its dt was measured
         )
-        arrays = transitions_to_arrays(got.transitions)
+        arrays = buffer_store.arrays_from_transitions(got.transitions)
         source = f'bag {path} ({len(got.transitions)} transitions)'
     else:
         path = Path(opts['buffer'] or Path(opts['run']) / run_files.BUFFER)

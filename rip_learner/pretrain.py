@@ -1,6 +1,8 @@
 """Simulation pre-training: SAC on the plain simulator at the design rate, as fast as it runs.
 
 ``python -m rip_learner.pretrain rate:=50 out:=runs/pretrain_50hz``
+``python -m rip_learner.pretrain rig_params:=runs/NAME/identified_rig.yaml \
+init:=policies/sim_50hz randomization:=identified``
 
 The simulator is :class:`rip_control.rig.env.SimRotaryInvertedPendulumEnv`: the emulator's
 dynamics, the rig's observation, action and reward, and the control period ``1/rate``. Here,
@@ -9,9 +11,17 @@ unlike on the rig, SB3's ``learn()`` is right: simulated time does not run while
 - **Curriculum.** Episodes start near upright for the first ``balance_steps`` (balancing is
   learnt first); then the share of upright starts falls linearly over ``ramp_steps`` to
   ``final_upright_share`` and the rest start hanging at rest, as on the rig.
+- **The physics** is the QUBE-Servo 2's (:class:`~rip_control.rig.dynamics.PendulumParams`)
+  or a rig file's (``rig_params:=``, the format of ``config/rig_*.yaml``; what
+  :mod:`rip_learner.identify` writes): a rig of another size, or one identified from its own
+  data.
 - **Domain randomisation.** Each episode draws its physics from :class:`Randomization`
-  (masses, lengths, damping, Coulomb friction, a motor dead zone, encoder noise, sensing
-  latency); the ranges are stated there and written into the run's ``pretrain.json``.
+  around that base (masses, lengths, damping, Coulomb friction, a motor dead zone, encoder
+  noise, sensing latency); the ranges are stated there and written into the run's
+  ``pretrain.json``. ``randomization:=identified`` draws around an identified rig file's
+  values, as wide as their uncertainty (:func:`around_identified`).
+- **Warm start** (``init:=DIR``): the actor, critics and entropy coefficient of an earlier
+  pre-training or fine-tune (its ``policy.safetensors`` and ``sac_checkpoint.safetensors``).
 - **Evaluation** every ``eval_every`` steps: deterministic episodes of ``eval_seconds`` from
   hanging, on nominal physics and on randomised physics, scored with
   :mod:`rip_control.run.evaluation` (longest balance window, swing-up time, chatter). The best
@@ -39,7 +49,13 @@ import numpy as np
 
 from rip_control import run_files
 from rip_control.files import atomic_write_bytes
-from rip_control.params import Param, help_requested, parse_options
+from rip_control.params import (
+    LEARNER_PARAMETERS,
+    Param,
+    help_requested,
+    parse_options,
+    table_by_name,
+)
 from rip_control.policy import encode_actor
 from rip_control.rig.dynamics import PendulumParams
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE, SimRotaryInvertedPendulumEnv, TaskConfig
@@ -49,6 +65,19 @@ from rip_learner.sac import SacConfig, actor_meta, actor_tensors, encode_checkpo
 OPTIONS = (
     Param('rate', 50.0, 'design control rate, Hz (the policy is tagged with it)', 1.0, 1000.0),
     Param('out', 'runs/pretrain', 'output folder'),
+    Param(
+        'rig_params',
+        '',
+        "rig YAML of the simulated physics (config/rig_*.yaml's format, e.g. "
+        "rip_learner.identify's output; default: the QUBE-Servo 2)",
+    ),
+    Param(
+        'init',
+        '',
+        'warm start: a folder (or its policy.safetensors) whose actor, critics and entropy '
+        'coefficient training starts from (default: from scratch)',
+    ),
+    table_by_name(LEARNER_PARAMETERS)['device'],
     Param('steps', 200_000, 'most environment steps', 1, 10_000_000),
     Param('time_limit_s', 900.0, 'stop after this much wall-clock time', 1.0, 86_400.0),
     Param('seed', 0, 'seed of SAC, the curriculum and the randomisation', 0, 2**31 - 1),
@@ -70,9 +99,10 @@ OPTIONS = (
     Param(
         'randomization',
         'standard',
-        "physics ranges when randomising: 'standard' (a second unit's tolerances) or 'wide' "
+        "physics ranges when randomising: 'standard' (a second unit's tolerances), 'wide' "
         '(also a worn actuator: more friction, dead zone, damping, noise and up to 1.25 ticks '
-        'of sensing latency)',
+        "of sensing latency) or 'identified' (around rig_params's identified values, as wide "
+        'as their uncertainty)',
     ),
     Param('eval_every', 5000, 'steps between evaluations', 100, 10_000_000),
     Param('eval_episodes', 4, 'episodes per evaluation (nominal and randomised each)', 1, 100),
@@ -93,7 +123,11 @@ OPTIONS = (
 
 @dataclass(frozen=True)
 class Randomization:
-    """Per-episode physics ranges, uniform. ``*_scale`` multiply the nominal value.
+    """Per-episode physics ranges, uniform, around a base rig.
+
+    ``*_scale`` multiply the base's value; the others are added to it (friction, dead zone,
+    noise: the QUBE-Servo 2 has none, so on it they are the values themselves; latency in
+    control periods), and a sum below zero counts as zero.
 
     Chosen around the QUBE-Servo 2's datasheet values with the tolerances a second unit or a
     worn one plausibly has; the shifted rigs under ``config/`` lie partly outside them on
@@ -119,6 +153,9 @@ class Randomization:
         def u(r: tuple[float, float]) -> float:
             return float(rng.uniform(r[0], r[1]))
 
+        def plus(value: float, r: tuple[float, float]) -> float:
+            return max(0.0, value + u(r))
+
         return replace(
             base,
             pendulum_mass_kg=base.pendulum_mass_kg * u(self.pendulum_mass_scale),
@@ -129,10 +166,13 @@ class Randomization:
             * u(self.arm_damping_scale),
             pendulum_viscous_damping_nms_per_rad=base.pendulum_viscous_damping_nms_per_rad
             * u(self.pendulum_damping_scale),
-            arm_coulomb_friction_nm=u(self.arm_coulomb_friction_nm),
-            motor_dead_zone_v=u(self.motor_dead_zone_v),
-            encoder_noise_counts=u(self.encoder_noise_counts),
-            sensing_latency_s=u(self.sensing_latency_periods) * period_s,
+            arm_coulomb_friction_nm=plus(
+                base.arm_coulomb_friction_nm, self.arm_coulomb_friction_nm
+            ),
+            motor_dead_zone_v=plus(base.motor_dead_zone_v, self.motor_dead_zone_v),
+            encoder_noise_counts=plus(base.encoder_noise_counts, self.encoder_noise_counts),
+            sensing_latency_s=plus(base.sensing_latency_s / period_s, self.sensing_latency_periods)
+            * period_s,
         )
 
 
@@ -154,13 +194,88 @@ RANDOMIZATIONS = {
 }
 
 
-def randomization_named(name: str) -> Randomization:
-    """The preset called ``name``, or a ValueError naming the choices."""
+#: How wide ``randomization:=identified`` draws: this many standard deviations of each
+#: identified value, and at least the floor (the identification's own uncertainty leaves out
+#: what the model cannot represent; a policy trained on one exact rig is brittle). Floors are
+#: relative for the scales, absolute for dead zone (V), friction (N m) and latency (periods).
+IDENTIFIED_SIGMAS = 2.0
+IDENTIFIED_FLOORS = {
+    'pendulum_mass_kg': 0.05,
+    'pendulum_length_m': 0.05,
+    'motor_resistance_ohm': 0.05,
+    'arm_viscous_damping_nms_per_rad': 0.2,
+    'pendulum_viscous_damping_nms_per_rad': 0.3,
+    'motor_dead_zone_v': 0.1,
+    'arm_coulomb_friction_nm': 0.0005,
+    'sensing_latency_s': 0.2,
+}
+#: The randomisation field each identified parameter widens, and whether it is a scale.
+_IDENTIFIED_FIELDS = {
+    'pendulum_mass_kg': ('pendulum_mass_scale', True),
+    'pendulum_length_m': ('pendulum_length_scale', True),
+    'motor_resistance_ohm': ('motor_resistance_scale', True),
+    'arm_viscous_damping_nms_per_rad': ('arm_damping_scale', True),
+    'pendulum_viscous_damping_nms_per_rad': ('pendulum_damping_scale', True),
+    'motor_dead_zone_v': ('motor_dead_zone_v', False),
+    'arm_coulomb_friction_nm': ('arm_coulomb_friction_nm', False),
+    'sensing_latency_s': ('sensing_latency_periods', False),
+}
+
+
+def around_identified(path: str | Path, period_s: float) -> Randomization:
+    """Ranges around the values a rig file's ``identification:`` section gives.
+
+    Each determined parameter is drawn within :data:`IDENTIFIED_SIGMAS` standard deviations
+    of its value, at least :data:`IDENTIFIED_FLOORS`; an undetermined one (the prior kept)
+    gets the ``standard`` range; the arm's mass (not identified) and the encoder noise keep
+    theirs too.
+
+    :raises ValueError: the file has no identification section (naming it).
+    """
+    import yaml
+
+    doc = yaml.safe_load(Path(path).read_text()) or {}
+    fitted = (doc.get('identification') or {}).get('fitted')
+    if not isinstance(fitted, dict):
+        raise ValueError(
+            f'randomization:=identified needs a rig file with an identification: section '
+            f'(python -m rip_learner.identify writes one); {path} has none'
+        )
+    ranges: dict[str, tuple[float, float]] = {}
+    for name, (field_name, is_scale) in _IDENTIFIED_FIELDS.items():
+        entry = fitted.get(name) or {}
+        if not entry.get('determined') or entry.get('std') is None:
+            continue  # the standard range
+        value, std = float(entry['value']), float(entry['std'])
+        floor = IDENTIFIED_FLOORS[name]
+        if is_scale:
+            w = min(0.5, max(floor, IDENTIFIED_SIGMAS * std / value if value > 0 else floor))
+            ranges[field_name] = (1.0 - w, 1.0 + w)
+        elif name == 'sensing_latency_s':
+            w = max(floor, IDENTIFIED_SIGMAS * std / period_s)
+            ranges[field_name] = (-w, w)
+        else:
+            w = max(floor, IDENTIFIED_SIGMAS * std)
+            ranges[field_name] = (-w, w)
+    return replace(Randomization(), **ranges)
+
+
+def randomization_named(name: str, rig_params: str = '', period_s: float = 0.02) -> Randomization:
+    """The ranges called ``name``, or a ValueError naming the choices.
+
+    ``identified``: around ``rig_params``'s identification (:func:`around_identified`).
+    """
+    if name == 'identified':
+        if not rig_params:
+            raise ValueError(
+                'randomization:=identified needs rig_params:=FILE (an identified rig)'
+            )
+        return around_identified(rig_params, period_s)
     try:
         return RANDOMIZATIONS[name]
     except KeyError:
         raise ValueError(
-            f'randomization: {name!r} is not one of {sorted(RANDOMIZATIONS)}'
+            f'randomization: {name!r} is not one of {sorted([*RANDOMIZATIONS, "identified"])}'
         ) from None
 
 
@@ -294,6 +409,35 @@ def save_prior_data(rb: Any, path: Path, size: int, rate_hz: float, seed: int) -
     return {'file': str(path), 'transitions': len(pick), 'of': n}
 
 
+def warm_start(model: Any, init: str, cfg: SacConfig, rate_hz: float) -> Path:
+    """Load ``init``'s actor, critics and entropy coefficient into ``model``; its policy path.
+
+    :raises ValueError: no policy there, another rate, or other network sizes (naming both).
+    """
+    from rip_control.policy import PolicyRejected, load_actor_file
+    from rip_learner.sac import load_initial_networks
+
+    path = Path(init)
+    policy = path / run_files.POLICY if path.is_dir() else path
+    try:
+        actor = load_actor_file(
+            policy, rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+        )
+    except PolicyRejected as exc:
+        raise ValueError(f'init:={init}: {exc}') from None
+    if tuple(actor.meta.hidden_sizes) != tuple(cfg.hidden_sizes):
+        raise ValueError(
+            f'init:={init} has hidden_sizes {list(actor.meta.hidden_sizes)} but this '
+            f'pre-training builds {list(cfg.hidden_sizes)}: give hidden_sizes:= to match'
+        )
+    if load_initial_networks(model, actor, str(policy), rate_hz) is None:
+        raise ValueError(
+            f'init:={init}: no {run_files.CHECKPOINT} beside {policy.name} (the critics): a '
+            'warm start needs them, or the fresh critics unlearn the actor first'
+        )
+    return policy
+
+
 def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
     """Train, evaluate, save; return the summary written to ``pretrain.json``."""
     from stable_baselines3.common.callbacks import BaseCallback
@@ -307,7 +451,8 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     task = TaskConfig.from_params(rate_hz=rate, episode_seconds=opts['episode_seconds'])
     eval_task = replace(task, episode_seconds=opts['eval_seconds'])
-    ranges = randomization_named(opts['randomization'])
+    base = PendulumParams.from_yaml(opts['rig_params']) if opts['rig_params'] else PendulumParams()
+    ranges = randomization_named(opts['randomization'], opts['rig_params'], task.period_s)
     randomization = ranges if opts['randomize'] else None
     curriculum = Curriculum(opts['balance_steps'], opts['ramp_steps'], opts['final_upright_share'])
     cfg = SacConfig.from_params(
@@ -318,9 +463,12 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
         buffer_size=max(opts['steps'], opts['batch_size']),
         torch_threads=opts['torch_threads'],
         seed=opts['seed'],
+        device=opts['device'],
     )
     env = Monitor(
-        CurriculumEnv(SimRotaryInvertedPendulumEnv(task), curriculum, randomization, opts['seed'])
+        CurriculumEnv(
+            SimRotaryInvertedPendulumEnv(task, base), curriculum, randomization, opts['seed']
+        )
     )
     model = build_sac(
         cfg,
@@ -331,6 +479,9 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
         ent_coef=opts['ent_coef'],
     )
     torch.manual_seed(opts['seed'])
+    init = warm_start(model, opts['init'], cfg, rate) if opts['init'] else ''
+    if init:
+        log(f'warm start: actor, critics and entropy coefficient of {init}')
 
     def act(obs: np.ndarray) -> np.ndarray:
         action, _ = model.predict(obs, deterministic=True)
@@ -349,6 +500,8 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
             'pretrain_steps': str(tag_step),
             'pretrain_seed': str(opts['seed']),
             'domain_randomization': opts['randomization'] if randomization else 'off',
+            'rig_params': opts['rig_params'] or 'QUBE-Servo 2 defaults',
+            'warm_start': str(init),
         }
         actor = encode_actor(actor_meta(cfg, version, rate), actor_tensors(model), extra)
         atomic_write_bytes(out / run_files.POLICY, actor)
@@ -365,7 +518,8 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
     class Progress(BaseCallback):
         def __init__(self) -> None:
             super().__init__()
-            self.next_eval = opts['eval_every']
+            # A warm start is scored first: the best kept is never worse than where it began.
+            self.next_eval = 1 if init else opts['eval_every']
             self.stop = ''
 
         def _on_step(self) -> bool:
@@ -377,14 +531,18 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
                 return False
             if step < self.next_eval:
                 return True
-            self.next_eval += opts['eval_every']
+            self.next_eval = (step // opts['eval_every'] + 1) * opts['eval_every']
             e0 = time.monotonic()
-            nominal = evaluate_sim(act, eval_task, opts['eval_episodes'], 10_000)
-            randomised = evaluate_sim(act, eval_task, opts['eval_episodes'], 20_000, ranges)
+            nominal = evaluate_sim(act, eval_task, opts['eval_episodes'], 10_000, base=base)
+            randomised = evaluate_sim(
+                act, eval_task, opts['eval_episodes'], 20_000, ranges, base=base
+            )
             eval_s += time.monotonic() - e0
             nom, ran = summarize(nominal), summarize(randomised)
             train_returns = [e['r'] for e in list(self.model.ep_info_buffer or [])[-10:]]
-            upright = run_episode(act, SimRotaryInvertedPendulumEnv(eval_task), 30_000, 'upright')
+            upright = run_episode(
+                act, SimRotaryInvertedPendulumEnv(eval_task, base), 30_000, 'upright'
+            )
             row = {
                 'step': step,
                 'wall_s': round(elapsed, 1),
@@ -447,8 +605,8 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
     elapsed = time.monotonic() - t0
     stopped_by = progress.stop or f'{opts["steps"]} steps'
     if best['score'] == -math.inf:  # never evaluated: save what there is
-        nominal = evaluate_sim(act, eval_task, opts['eval_episodes'], 10_000)
-        randomised = evaluate_sim(act, eval_task, opts['eval_episodes'], 20_000, ranges)
+        nominal = evaluate_sim(act, eval_task, opts['eval_episodes'], 10_000, base=base)
+        randomised = evaluate_sim(act, eval_task, opts['eval_episodes'], 20_000, ranges, base=base)
         save(model.num_timesteps, -1.0, nominal, randomised)
     summary = {
         'command': 'python -m rip_learner.pretrain',
@@ -461,6 +619,10 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
         'best': {k: v for k, v in best.items() if k != 'score'},
         'randomization': asdict(ranges) if randomization else None,
         'randomization_name': opts['randomization'] if randomization else None,
+        'rig': asdict(base),
+        'rig_params': opts['rig_params'],
+        'init': str(init),
+        'device': str(model.device),
         'curriculum': asdict(curriculum),
         'task': asdict(task),
         'curve': rows,
@@ -493,12 +655,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         opts = parse_options(argv, OPTIONS)
-        randomization_named(opts['randomization'])
-    except ValueError as exc:
+        randomization_named(opts['randomization'], opts['rig_params'], 1.0 / opts['rate'])
+        if opts['rig_params']:
+            PendulumParams.from_yaml(opts['rig_params'])
+    except (ValueError, FileNotFoundError) as exc:
         print(f'pretrain: {exc}', file=sys.stderr)
         return 2
     try:
         pretrain(opts, log=lambda line: print(line, flush=True))
+    except ValueError as exc:  # a warm start that does not fit, named
+        print(f'pretrain: {exc}', file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print('pretrain: interrupted', file=sys.stderr)
         return 130

@@ -36,7 +36,7 @@ from rip_control.rt.loop import ControlLoop, EpisodeSummary, LoopConfig, TickSam
 from rip_control.rt.outbox import Outbox
 from rip_control.run_files import packaged_policy
 from rip_control.transitions import EXCITATION_VERSION, Transition
-from rip_learner import identify
+from rip_learner import buffer_store, identify
 from rip_learner.buffer_store import PROVENANCE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -188,7 +188,7 @@ def _record_on_emulator(tmp_path: Path, rig: Path) -> tuple[list[EpisodeSummary]
     got = []
     while (t := transitions.pop_from_non_rt()) is not None:
         got.append(t)
-    return done, identify.transitions_to_arrays(got)
+    return done, buffer_store.arrays_from_transitions(got)
 
 
 @pytest.mark.slow
@@ -207,8 +207,6 @@ def test_an_emulated_rig_is_identified_within_tolerance_from_an_excitation_and_o
     assert (versions[arrays['episodes'] == done[1].episode] >= 0).all()
     assert set(PROVENANCE) <= set(arrays)
     # Only the transitions reach the fit: written as a buffer, read back by the command.
-    from rip_learner import buffer_store
-
     buffer = tmp_path / 'run' / 'replay_buffer.safetensors'
     meta = buffer_store.BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, len(arrays['rewards']), 1)
     buffer_store.save(buffer, arrays, meta)

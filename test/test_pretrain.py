@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from rip_control.params import parse_options
 from rip_control.policy import PolicyRejected, load_actor_file
@@ -15,6 +16,7 @@ from rip_learner import pretrain
 from rip_learner.pretrain import Curriculum, CurriculumEnv, Randomization
 
 CONFIG = Path(__file__).resolve().parent.parent / 'config'
+REPO = CONFIG.parent
 SHIFTED = sorted(CONFIG.glob('rig_shifted_*.yaml'))
 
 
@@ -111,8 +113,74 @@ def test_the_wide_randomisation_covers_the_worn_rig_and_not_the_heavy_or_stuck_o
 
 def test_an_unknown_randomisation_is_refused_by_name_before_training(tmp_path, capsys):
     assert pretrain.main([f'out:={tmp_path / "x"}', 'randomization:=broad']) == 2
-    assert "randomization: 'broad' is not one of ['standard', 'wide']" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "randomization: 'broad' is not one of ['identified', 'standard', 'wide']" in err
     assert not (tmp_path / 'x').exists()
+    # 'identified' needs an identified rig file, and says so.
+    assert pretrain.main([f'out:={tmp_path / "x"}', 'randomization:=identified']) == 2
+    assert 'needs rig_params:=FILE' in capsys.readouterr().err
+    plain = REPO / 'config' / 'rig_shifted_stuck.yaml'
+    argv = [f'out:={tmp_path / "x"}', 'randomization:=identified', f'rig_params:={plain}']
+    assert pretrain.main(argv) == 2
+    assert 'has none' in capsys.readouterr().err and not (tmp_path / 'x').exists()
+
+
+def test_identified_ranges_are_as_wide_as_the_uncertainty_with_a_floor(tmp_path):
+    ident = {
+        'rig': {'motor_dead_zone_v': 1.2, 'sensing_latency_s': 0.03},
+        'identification': {
+            'fitted': {
+                'motor_dead_zone_v': {'value': 1.2, 'std': 0.2, 'determined': True},
+                'sensing_latency_s': {'value': 0.03, 'std': 1e-5, 'determined': True},
+                'motor_resistance_ohm': {'value': 9.7, 'std': 0.97, 'determined': True},
+                'pendulum_mass_kg': {'value': 0.024, 'std': None, 'determined': False},
+            }
+        },
+    }
+    path = tmp_path / 'identified.yaml'
+    path.write_text(yaml.safe_dump(ident))
+    r = pretrain.around_identified(path, 0.02)
+    assert r.motor_dead_zone_v == pytest.approx((-0.4, 0.4))  # 2 std
+    assert r.sensing_latency_periods == pytest.approx((-0.2, 0.2))  # the floor, in periods
+    assert r.motor_resistance_scale == pytest.approx((0.8, 1.2))  # 2 x 10 %
+    assert r.pendulum_mass_scale == Randomization().pendulum_mass_scale  # undetermined
+    # Drawn around the rig file's values (added to them, never below zero).
+    base = PendulumParams.from_yaml(path)
+    rng = np.random.default_rng(0)
+    draws = [r.sample(rng, base, 0.02) for _ in range(200)]
+    dz = [d.motor_dead_zone_v for d in draws]
+    assert 0.8 <= min(dz) < 1.0 and 1.4 < max(dz) <= 1.6
+    assert all(0.026 <= d.sensing_latency_s <= 0.034 for d in draws)
+
+
+def test_a_warm_start_from_a_rig_file_trains_from_the_priors_networks(tmp_path):
+    out = tmp_path / 'warm'
+    argv = [
+        f'out:={out}',
+        f'rig_params:={REPO / "config" / "rig_shifted_stuck.yaml"}',
+        f'init:={REPO / "policies" / "sim_50hz"}',
+        'steps:=300',
+        'learning_starts:=100',
+        'eval_every:=200',
+        'eval_episodes:=1',
+        'eval_seconds:=1',
+        'prior_data_size:=50',
+        'device:=cpu',
+    ]
+    assert pretrain.main(argv) == 0
+    summary = json.loads((out / 'pretrain.json').read_text())
+    assert summary['rig']['motor_dead_zone_v'] == 1.2  # the file's physics
+    assert summary['init'].endswith('sim_50hz/policy.safetensors')
+    # The warm start was scored first (step 1): its evaluation is the init's own.
+    assert summary['curve'][0]['step'] == 1
+    # The hidden sizes must match the init's, and a folder without critics is refused.
+    bare = tmp_path / 'bare'
+    bare.mkdir()
+    (bare / 'policy.safetensors').write_bytes(
+        (REPO / 'policies' / 'sim_50hz' / 'policy.safetensors').read_bytes()
+    )
+    assert pretrain.main([*argv[:2], f'init:={bare}', 'steps:=10', f'out:={tmp_path / "b"}']) == 2
+    assert pretrain.main([*argv[:3], 'hidden_sizes:=[32, 32]', 'steps:=10']) == 2
 
 
 def test_there_are_at_least_two_shifted_rigs_and_a_bad_key_is_named(tmp_path):

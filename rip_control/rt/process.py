@@ -136,9 +136,9 @@ class RtControl:
 
     # -- channels ----------------------------------------------------------------------------
 
-    def event(self, kind: str, **fields: Any) -> None:
+    def event(self, name: str, /, **fields: Any) -> None:
         """Send an event to the node (dropped and counted if its ring is full)."""
-        self.ch.events.push(encode_json({'event': kind, **fields}))
+        self.ch.events.push(encode_json({'event': name, **fields}))
 
     def _node_silent(self, now: float) -> bool:
         beat = self.ch.node_beat.read()

@@ -172,6 +172,21 @@ LAUNCH_ARGUMENTS = (
         ((CONTROL, 'policy'), (LEARNER, 'policy')),
     ),
     LaunchArgument(
+        'candidate',
+        'a policy the learner starts from (its critics and prior data beside it) while the '
+        'control node starts with policy: published first, it drives only once the regression '
+        "guard promotes it (rip_control.adapt's re-trained policy); empty: policy",
+        kind=Param('candidate', '', '.safetensors file'),
+    ),
+    LaunchArgument(
+        'excitation_episodes',
+        'excitation episodes (for rip_learner.identify) before the first training episode',
+        ((CONTROL, 'excitation_episodes'),),
+    ),
+    LaunchArgument(
+        'seed', 'seed of the exploration noise and of SAC', ((CONTROL, 'seed'), (LEARNER, 'seed'))
+    ),
+    LaunchArgument(
         'params_file',
         "YAML of both nodes' parameters over the shipped defaults (config/finetune.yaml is an "
         'example); empty: none',
@@ -357,6 +372,10 @@ def plan(
     elif not control.get('policy') and not control.get('allow_random_policy'):
         control['policy'] = str(shipped_policy(rate_hz))
     learner['policy'] = control['policy']
+    if values['candidate']:
+        if not learn:
+            raise ValueError('candidate:= needs a learner (it is what the learner starts from)')
+        learner['policy'] = str(values['candidate'])
     preflight(control, learner, values, ports, learn)
     if learn:  # refused here, before anything starts, as the learner itself would refuse it
         from rip_learner.buffer_store import check_run_dir_is_free
@@ -478,14 +497,17 @@ def preflight(
             f'params_file: rip_control runs at {rate_hz:g} Hz but rip_learner at '
             f'{float(learner["rate_hz"]):g} Hz; set both with rate:=R'
         )
-    if control.get('policy'):
+    checked = [('policy', control.get('policy'))]
+    if values.get('candidate'):
+        checked.append(('candidate', values['candidate']))
+    for name, path in checked:
+        if not path:
+            continue
         from rip_control.policy import PolicyRejected, load_actor_file
         from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 
         try:
-            load_actor_file(
-                control['policy'], rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
-            )
+            load_actor_file(path, rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
         except PolicyRejected as exc:
             hint = ''
             if 'trained at' in str(exc):
@@ -493,7 +515,7 @@ def preflight(
                     f'; pass a policy trained at {rate_hz:g} Hz, or make one with '
                     f'python -m rip_learner.pretrain rate:={rate_hz:g} out:=DIR'
                 )
-            raise ValueError(f'policy:={control["policy"]}: {exc}{hint}') from None
+            raise ValueError(f'{name}:={path}: {exc}{hint}') from None
     resume = str(learner.get('resume_buffer') or '') if learn else ''
     if resume:
         from rip_control.rig.env import ACTION_SIZE, OBS_SIZE

@@ -1,0 +1,445 @@
+"""Adapt to the rig from its own data: real -> sim -> real, in one command.
+
+``python -m rip_control.adapt rig_params:=config/rig_shifted_stuck.yaml rig_minutes:=10 \
+run_name:=stuck``
+
+It takes the fine-tune runner's ``name:=value`` arguments (:mod:`rip_control.finetune`) and
+its own (``--help`` lists both). Each phase's folder is under ``runs/<run_name>/``:
+
+1. ``0_baseline``, on the rig: the current policy's deployment (``deployment_episodes``
+   deterministic episodes of ``deployment_episode_seconds`` from hanging), after the
+   excitation episode (:mod:`rip_control.rig.excitation`). Every transition is kept.
+2. Identification (:mod:`rip_learner.identify`) from those transitions alone:
+   ``identified_rig.yaml`` and its plot in the run folder.
+3. ``1_sim_retrain``, the rig disengaged and idle (its time not counted): pre-training in
+   simulation at the identified physics (:mod:`rip_learner.pretrain`, ``rig_params`` the
+   identified file, randomised as wide as the identification's uncertainty), warm-started
+   from the current policy, for at most ``retrain_minutes``.
+4. ``2_finetune``, on the rig: SAC fine-tuning, the control node driving the current policy
+   and the learner starting from the re-trained one (``candidate``, with its simulated data
+   as prior data): the candidate is one like any other and drives only once the regression
+   guard promotes it. Its training episodes fill the rig-time budget that is left.
+5. ``3_deployment``, on the rig: the guard's best policy deployed as in phase 1.
+
+On the emulated rig (no ``serial_port``) one emulator plays the rig for every phase: only
+that process reads ``rig_params``, once, at its start; nothing but the rig's transitions
+reaches the identification. ``adapt_summary.json`` in the run folder records ``rig_seconds``
+(engaged or resetting: excitation, evaluations, training episodes, resets), ``wall_seconds``,
+``identified`` (name -> value and uncertainty), ``deployment`` (``prior_balance_s``,
+``adapted_balance_s`` and their per-episode lists) and each phase; ``adapt.png`` plots the
+balance against the rig time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+import sys
+import tempfile
+import time
+from typing import Any
+
+from rip_control import run_files
+from rip_control.files import atomic_write_bytes
+from rip_control.params import Param, options_help, parse_args
+
+OPTIONS = (
+    Param('rig_minutes', 10.0, 'rig-time budget (engaged or resetting), minutes', 0.5, 1000.0),
+    Param('deployment_episodes', 5, 'deterministic episodes of each deployment', 1, 100),
+    Param('deployment_episode_seconds', 10.0, 'length of a deployment episode, s', 1.0, 600.0),
+    Param(
+        'retrain_minutes',
+        12.0,
+        'wall-clock budget of the re-training in simulation (the rig idle meanwhile), minutes',
+        0.1,
+        1000.0,
+    ),
+    Param('retrain_steps', 150_000, 'most simulated steps of the re-training', 1, 10_000_000),
+    Param(
+        'identification',
+        '',
+        "a rig YAML to re-train at instead of identifying one (e.g. an earlier run's "
+        'identified_rig.yaml); empty: identify from the excitation and the deployment',
+    ),
+)
+RUNNER_DEFAULTS = {'run_name': 'adapt'}
+PHASES = ('0_baseline', '1_sim_retrain', '2_finetune', '3_deployment')
+SUMMARY = 'adapt_summary.json'
+PLOT = 'adapt.png'
+
+
+def split_arguments(argv: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Adapt's own options (typed) and the runner's arguments (text), from ``name:=value``."""
+    given = parse_args(argv)
+    own_names = {p.name for p in OPTIONS}
+    own = {p.name: p.default for p in OPTIONS}
+    for name in list(given):
+        if name in own_names:
+            own[name] = next(p for p in OPTIONS if p.name == name).convert(given.pop(name))
+    return own, {**RUNNER_DEFAULTS, **given}
+
+
+def _rig_seconds(run: dict[str, Any], rate_hz: float) -> float:
+    """The rig time of one runner phase: every tick the control loop ran (resets included)."""
+    ticks = (run.get('ticks') or {}).get('n_ticks')
+    return float(ticks + 1) / rate_hz if ticks is not None else math.nan
+
+
+def _balances(report: dict[str, Any]) -> list[float]:
+    return [float(e['longest_balance_s']) for e in report['episodes']]
+
+
+def _versioned(src: Path, dst_dir: Path, version: int, rate_hz: float) -> Path:
+    """The candidate's actor and critics copied to ``dst_dir`` under ``version``.
+
+    Newer than the live policy's, so that the control node takes it as a candidate; its
+    prior data (the identified simulation's) beside it, where the learner looks.
+    """
+    from safetensors.numpy import load, save
+
+    from rip_control.policy import encode_actor, load_actor_file, read_metadata
+    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+
+    actor = load_actor_file(src, rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+    meta = actor.meta.__class__(**{**actor.meta.__dict__, 'version': version})
+    extra = {
+        k: v for k, v in read_metadata(src.read_bytes()).items() if k not in meta.to_metadata()
+    }
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(dst_dir / run_files.POLICY, encode_actor(meta, actor.tensors, extra))
+    ckpt = src.with_name(run_files.CHECKPOINT)
+    data = ckpt.read_bytes()
+    md = {**read_metadata(data), 'policy_version': str(version)}
+    atomic_write_bytes(dst_dir / run_files.CHECKPOINT, save(load(data), metadata=md))
+    prior = src.with_name(run_files.PRIOR_DATA)
+    if prior.exists():
+        atomic_write_bytes(dst_dir / run_files.PRIOR_DATA, prior.read_bytes())
+    return dst_dir / run_files.POLICY
+
+
+class Adapt:
+    """The loop's state: what each phase measured, and the rig time so far."""
+
+    def __init__(self, own: dict[str, Any], runner: dict[str, str], stream: bool) -> None:
+        from rip_control.run.launching import CONTROL, launch_values, node_parameters
+
+        self.own, self.runner, self.stream = own, runner, stream
+        launch_values(runner)  # refuses an unknown argument or a bad value, by name
+        self.control = node_parameters(runner)[CONTROL]  # typed, the params file included
+        self.rate = float(self.control['rate_hz'])
+        self.name = str(self.control['run_name'])
+        self.run_dir = Path(str(self.control['runs_dir'])) / self.name
+        self.seed = int(self.control['seed'])
+        self.t0 = time.monotonic()
+        self.rig_s = 0.0
+        self.phases: list[dict[str, Any]] = []
+        self.curve: list[tuple[float, float, str]] = []  # (rig s, balance s, what)
+
+    def log(self, line: str) -> None:
+        """One progress line."""
+        print(f'adapt: {line}', flush=True)
+
+    def phase(self, name: str, args: dict[str, str], job: Any) -> dict[str, Any]:
+        """Run one runner phase in ``runs/<run_name>/<name>``; count its rig time."""
+        t0 = time.monotonic()
+        run = job({**self.runner, **args, 'run_name': f'{self.name}/{name}'})
+        if run.get('failure') or run.get('interrupted'):
+            raise RuntimeError(
+                f'phase {name} '
+                + ('was interrupted' if run.get('interrupted') else 'failed')
+                + (f': {run.get("failure")}' if run.get('failure') else '')
+            )
+        rig_s = _rig_seconds(run.get('run', run), self.rate)
+        self.rig_s += rig_s
+        self.phases.append(
+            {'phase': name, 'rig_seconds': rig_s, 'wall_seconds': time.monotonic() - t0}
+        )
+        self.log(f'{name}: {rig_s:.0f} s of rig time (total {self.rig_s:.0f} s)')
+        return run
+
+    def deploy(self, name: str, policy: Path, excitation: bool) -> dict[str, Any]:
+        """A deployment phase (after the excitation, if asked); its evaluation report."""
+        from rip_control.evaluate import evaluate
+
+        args = {
+            'policy': str(policy),
+            'episodes': str(self.own['deployment_episodes']),
+            'episode_seconds': str(self.own['deployment_episode_seconds']),
+        }
+        if excitation:
+            args['excitation_episodes'] = '1'
+        report = self.phase(name, args, lambda a: _with_run(evaluate(a, stream_logs=self.stream)))
+        balances = _balances(report)
+        mean = sum(balances) / len(balances) if balances else math.nan
+        self.curve.append((self.rig_s, mean, name))
+        self.log(f'{name}: balance {mean:.2f} s mean over {len(balances)} episodes')
+        return report
+
+
+def _with_run(report: dict[str, Any]) -> dict[str, Any]:
+    """An evaluation report with what :meth:`Adapt.phase` reads where it reads it."""
+    return {**report, 'run': {'ticks': report.get('ticks')}}
+
+
+def adapt(own: dict[str, Any], runner: dict[str, str], stream: bool = True) -> dict[str, Any]:
+    """Run the loop (see the module docstring); return the summary written beside it."""
+    from rip_control.finetune import run as finetune_run
+    from rip_control.rig.emulator_process import EmulatorProcess
+    from rip_control.run.launching import resolve_auto_policy, shipped_policy
+
+    a = Adapt(own, runner, stream)
+    budget_s = 60.0 * own['rig_minutes']
+    a.run_dir.mkdir(parents=True, exist_ok=True)
+    prior = Path(runner['policy']) if runner.get('policy') else shipped_policy(a.rate)
+    emulator = None
+    if not runner.get('serial_port'):
+        # One emulated rig for every phase, as a physical rig would be: its physics file is
+        # read by the emulator, once, and by nothing else.
+        link = Path(tempfile.gettempdir()) / f'rip_adapt_{os.getpid()}'
+        emu_args = ['--events', '--stop-grace-ms', '500', '--seed', str(a.seed)]
+        if runner.get('rig_params'):
+            emu_args += ['--params', runner['rig_params']]
+        emulator = EmulatorProcess(link, emu_args).start()
+        a.runner = {k: v for k, v in runner.items() if k != 'rig_params'}
+        a.runner['serial_port'] = str(link)
+        a.log(f'emulated rig: {emulator.ready_line}')
+    try:
+        return _loop(a, own, prior, budget_s, finetune_run, resolve_auto_policy)
+    finally:
+        if emulator is not None:
+            emulator.stop()
+
+
+def _loop(
+    a: Adapt,
+    own: dict[str, Any],
+    prior: Path,
+    budget_s: float,
+    finetune_run: Any,
+    resolve_auto_policy: Any,
+) -> dict[str, Any]:
+    from rip_control.policy import load_actor_file
+    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+    from rip_learner import identify, pretrain
+
+    a.log(f'{a.run_dir}: policy {prior}, rig-time budget {budget_s:.0f} s')
+    # 1. baseline deployment, after the excitation
+    base = a.deploy(PHASES[0], prior, excitation=not own['identification'])
+    prior_balances = _balances(base)
+    # 2. identification, from the transitions alone
+    identified = a.run_dir / run_files.IDENTIFIED_RIG
+    ident_summary: dict[str, Any] = {}
+    if own['identification']:
+        atomic_write_bytes(identified, Path(own['identification']).read_bytes())
+        a.log(f'identification: given, {own["identification"]}')
+    else:
+        data = a.run_dir / PHASES[0] / run_files.EVALUATION_TRANSITIONS
+        opts = {
+            **{p.name: p.default for p in identify.OPTIONS},
+            'buffer': str(data),
+            'out': str(identified),
+            'rate_hz': a.rate,
+            'seed': a.seed,
+        }
+        opts['max_action_v'] = float(a.control['max_action_v'])
+        result, _ = identify.run(opts, log=lambda line: a.log(line))
+        ident_summary = result.summary()
+    # 3. re-training in simulation, the rig idle
+    t0 = time.monotonic()
+    retrain_dir = a.run_dir / PHASES[1]
+    popts = {
+        **{p.name: p.default for p in pretrain.OPTIONS},
+        'rate': a.rate,
+        'out': str(retrain_dir),
+        'rig_params': str(identified),
+        'init': str(prior),
+        'randomization': 'identified' if not own['identification'] else 'standard',
+        'steps': own['retrain_steps'],
+        'time_limit_s': 60.0 * own['retrain_minutes'],
+        'seed': a.seed,
+        # warm: no curriculum from scratch, a short random start
+        'balance_steps': 0,
+        'ramp_steps': 0,
+        'learning_starts': 1000,
+    }
+    if own['identification'] and 'identification:' not in identified.read_text():
+        popts['randomization'] = 'standard'
+    retrain = pretrain.pretrain(popts, log=lambda line: a.log(f'retrain: {line}'))
+    a.phases.append(
+        {'phase': PHASES[1], 'rig_seconds': 0.0, 'wall_seconds': time.monotonic() - t0}
+    )
+    # 4. fine-tune on the rig from the candidate, the prior live until the guard promotes it
+    live = load_actor_file(prior, rate_hz=a.rate, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+    candidate = _versioned(
+        retrain_dir / run_files.POLICY,
+        a.run_dir / PHASES[2] / 'candidate',
+        live.version + 1,
+        a.rate,
+    )
+    fine = _finetune(a, budget_s, prior, candidate, finetune_run)
+    if fine:
+        deployed = resolve_auto_policy(a.run_dir / PHASES[2], a.rate, True)
+    else:
+        deployed = prior
+    # 5. the deployment
+    final = a.deploy(PHASES[3], deployed, excitation=False)
+    adapted = _balances(final)
+    summary = {
+        'command': 'python -m rip_control.adapt',
+        'options': own,
+        'arguments': a.runner,
+        'rig_params': "(the emulator's)" if not a.runner.get('rig_params') else '',
+        'rate_hz': a.rate,
+        'seed': a.seed,
+        'rig_seconds': a.rig_s,
+        'rig_budget_s': budget_s,
+        'wall_seconds': time.monotonic() - a.t0,
+        'identified': {
+            name: {'value': v['value'], 'std': v['std'], 'determined': v['determined']}
+            for name, v in ident_summary.get('identified', {}).items()
+        },
+        'identification': ident_summary,
+        'retrain': {
+            'steps': retrain['steps'],
+            'wall_s': retrain['wall_s'],
+            'stopped_by': retrain['stopped_by'],
+            'best': retrain['best'],
+        },
+        'finetune': {
+            'episodes': fine.get('episodes'),
+            'evaluations': fine.get('evaluations', []),
+            'live_policy_version': fine.get('live_policy_version'),
+            'candidate_version': live.version + 1,
+        },
+        'deployed_policy': str(deployed),
+        'deployment': {
+            'episodes': own['deployment_episodes'],
+            'episode_seconds': own['deployment_episode_seconds'],
+            'prior_balance_s': sum(prior_balances) / len(prior_balances),
+            'adapted_balance_s': sum(adapted) / len(adapted),
+            'prior_episodes_s': prior_balances,
+            'adapted_episodes_s': adapted,
+        },
+        'phases': a.phases,
+        'curve': [{'rig_s': r, 'balance_s': b, 'what': w} for r, b, w in a.curve],
+    }
+    atomic_write_bytes(a.run_dir / SUMMARY, (json.dumps(summary, indent=1) + '\n').encode())
+    _plot(a.run_dir / PLOT, summary)
+    d: dict[str, Any] = summary['deployment']  # type: ignore[assignment]
+    a.log(
+        f'done: balance {d["prior_balance_s"]:.2f} s -> {d["adapted_balance_s"]:.2f} s '
+        f'(mean of {d["episodes"]} x {d["episode_seconds"]:g} s from hanging) in '
+        f'{a.rig_s:.0f} s of rig time, {summary["wall_seconds"]:.0f} s wall; '
+        f'{a.run_dir / SUMMARY}'
+    )
+    return summary
+
+
+def _finetune(
+    a: Adapt, budget_s: float, prior: Path, candidate: Path, finetune_run: Any
+) -> dict[str, Any]:
+    """Fine-tune on the rig in chunks until the rig-time budget is spent.
+
+    The budget less what the final deployment will take (as much as the baseline did).
+    Returns the last chunk's summary with every chunk's evaluations (``{}`` if not one
+    episode fitted).
+
+    The first chunk (``FIRST_CHUNK`` episodes) starts the learner from ``candidate``, the
+    control node from ``prior``; it measures what an episode costs on this rig (its resets,
+    the guard's evaluations). The later ones continue the run: its replay buffer and its
+    best-evaluated policy with its critics (``resume_buffer:=auto policy:=auto``).
+    """
+    reserve = a.phases[0]['rig_seconds']  # the final deployment, about the baseline's cost
+    per_episode = float(a.control['episode_seconds']) * 2.0  # a first guess: resets as long
+    args: dict[str, str] = {'policy': str(prior), 'candidate': str(candidate)}
+    evaluations: list[dict[str, Any]] = []
+    fine: dict[str, Any] = {}
+    chunk = 0
+    while True:
+        left = budget_s - a.rig_s - reserve
+        episodes = FIRST_CHUNK if chunk == 0 else int(left // per_episode)
+        if chunk == 0 and left < FIRST_CHUNK * per_episode:
+            episodes = int(left // per_episode)
+        if episodes < 1:
+            a.log(f'fine-tune: {max(left, 0):.0f} s of rig time left: not one more episode')
+            break
+        a.log(f'fine-tune: {episodes} training episodes ({max(left, 0):.0f} s of rig time left)')
+        before = a.rig_s
+        fine = a.phase(
+            PHASES[2],
+            {**args, 'episodes': str(episodes)},
+            lambda run_args: finetune_run(run_args, stream_logs=a.stream),
+        )
+        evaluations += fine.get('evaluations', [])
+        for e in fine.get('evaluations', []):
+            a.log(f'fine-tune: evaluation of v{e.get("policy_version")}: {e.get("verdict")}')
+        done = max(1, int(fine.get('episodes') or episodes))
+        per_episode = (a.rig_s - before) / done
+        args = {'policy': 'auto', 'resume_buffer': 'auto'}
+        chunk += 1
+    if fine:
+        fine = {**fine, 'evaluations': evaluations, 'chunks': chunk}
+    return fine
+
+
+FIRST_CHUNK = 2  # training episodes of the first fine-tune chunk (it measures their cost)
+
+
+def _plot(path: Path, summary: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    pts = summary['curve']
+    ax.plot([p['rig_s'] / 60 for p in pts], [p['balance_s'] for p in pts], 'o-')
+    for p in pts:
+        ax.annotate(p['what'][2:], (p['rig_s'] / 60, p['balance_s']), fontsize=8)
+    ax.set(
+        xlabel='rig time (min)',
+        ylabel='deployment balance, mean (s)',
+        title=f'adapt: {summary["deployment"]["prior_balance_s"]:.2f} s -> '
+        f'{summary["deployment"]["adapted_balance_s"]:.2f} s',
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: adapt's options and the runner's ``name:=value`` arguments."""
+    from rip_control.signals import StopSignals
+
+    stop = StopSignals().install()
+    try:
+        with stop.interruptible():
+            from rip_control.run.launching import arguments_help
+
+            argv = list(sys.argv[1:] if argv is None else argv)
+            if any(x in ('-h', '--help') for x in argv):
+                print(__doc__)
+                print('adapt options (name:=value):\n' + options_help(OPTIONS))
+                print(arguments_help(defaults=RUNNER_DEFAULTS))
+                return 0
+            quiet = '--quiet' in argv
+            argv = [x for x in argv if x != '--quiet']
+            try:
+                own, runner = split_arguments(argv)
+                adapt(own, runner, stream=not quiet)
+            except ValueError as exc:
+                print(f'adapt: {exc}', file=sys.stderr)
+                return 2
+            except RuntimeError as exc:
+                print(f'adapt failed: {exc}', file=sys.stderr)
+                return 1
+            return 0
+    except KeyboardInterrupt:
+        print('adapt: interrupted', file=sys.stderr, flush=True)
+        return 130
+
+
+if __name__ == '__main__':
+    sys.exit(main())

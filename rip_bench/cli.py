@@ -17,6 +17,7 @@ import time
 from typing import Any, Protocol
 
 from rip_bench import (
+    adapt,
     bag_roundtrip,
     demo,
     e2e,
@@ -59,6 +60,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     matrix,
     sim_finetune,
     identification,
+    adapt,
     bag_roundtrip,
     serial_roundtrip,
 )

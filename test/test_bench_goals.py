@@ -253,3 +253,8 @@ def test_the_table_command_names_a_bad_file(tmp_path, capsys) -> None:
         assert exit_.value.code == 2
         err = capsys.readouterr().err
         assert str(path) in err and why in err, err
+
+
+def test_the_readmes_identification_table_is_generated_from_the_committed_results() -> None:
+    readme = (REPO / 'README.md').read_text()
+    assert table('identification', 'identification.json') in readme

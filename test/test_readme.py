@@ -637,3 +637,96 @@ def test_the_readme_500_hz_timing_bench_runs_against_the_c_firmware(tmp_path, ho
     doc = json.loads(out.read_text())
     assert doc['firmware'] == 'c' and doc['node_params']['rate_hz'] == 500
     assert doc['control_node']['n_ticks'] >= 500  # 3 s at 500 Hz, loosely
+
+
+EXCITE = 'python -m rip_control.rig_check --port /dev/ttyACM0 --excitation excitation.safetensors'
+IDENTIFY = 'python -m rip_learner.identify buffer:=excitation.safetensors out:=my_rig.yaml'
+RETRAIN = (
+    'python -m rip_learner.pretrain rig_params:=my_rig.yaml init:=policies/sim_50hz '
+    'randomization:=identified out:=policies/my_rig'
+)
+
+
+@pytest.mark.readme(EXCITE)
+@pytest.mark.readme(IDENTIFY)
+@pytest.mark.readme(RETRAIN)
+def test_the_readme_identification_commands_one_after_the_other(emulator, tmp_path):
+    """The excitation, the identification and the re-training, one after the other.
+
+    The excitation on a rig (the emulator's pty for the port), the identification from its
+    file (a short search: accuracy is test_identification's) and the re-training at the
+    identified physics (a few hundred steps).
+    """
+    data, rig = tmp_path / 'excitation.safetensors', tmp_path / 'my_rig.yaml'
+    proc = run_readme(
+        EXCITE,
+        {'/dev/ttyACM0': str(emulator.link), 'excitation.safetensors': str(data)},
+        ['--seconds', '1'],
+        timeout=90,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert '800 transitions written' in proc.stdout and data.exists()
+    proc = run_readme(
+        IDENTIFY,
+        {'excitation.safetensors': str(data), 'my_rig.yaml': str(rig)},
+        ['generations:=8', 'restarts:=0'],
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert 'identifying from 16.0 s of rig data' in proc.stdout
+    assert 'identification' in rig.read_text() and rig.with_suffix('.png').exists()
+    out = tmp_path / 'my_rig_policy'
+    proc = run_readme(
+        RETRAIN, {'my_rig.yaml': str(rig), 'policies/my_rig': str(out)}, SHORT_PRETRAIN
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert 'warm start' in proc.stdout and (out / 'policy.safetensors').exists()
+    summary = json.loads((out / 'pretrain.json').read_text())
+    assert summary['randomization_name'] == 'identified'
+
+
+ADAPT = (
+    'python -m rip_control.adapt rig_params:=config/rig_shifted_stuck.yaml rig_minutes:=10 '
+    'run_name:=stuck'
+)
+
+
+@pytest.mark.readme(ADAPT)
+def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(tmp_path):
+    """The adapt loop as typed; only the emulator reads the rig file.
+
+    Kept short by appended arguments (a budget that leaves no fine-tune episode: the
+    candidate's guard has test_finetune's test). The rig file is a copy removed once the
+    emulator has started: nothing but the emulator may need it, and the identification gets
+    nothing but the transitions.
+    """
+    rig = tmp_path / 'rig_shifted_stuck.yaml'
+    shutil.copy(REPO / 'config' / 'rig_shifted_stuck.yaml', rig)
+    args = argv(ADAPT.replace('config/rig_shifted_stuck.yaml', str(rig))) + [
+        'rig_minutes:=0.5',
+        'retrain_minutes:=0.2',
+        'retrain_steps:=600',
+        'deployment_episodes:=1',
+        'deployment_episode_seconds:=3',
+        f'runs_dir:={tmp_path / "runs"}',
+        '--quiet',
+    ]
+    run = Running(args, REPO, child_env())
+    run.wait_for(r'adapt: emulated rig: READY', 60)
+    rig.unlink()
+    assert run.proc.wait(timeout=280) == 0, run.text[-4000:]
+    out = tmp_path / 'runs' / 'stuck'
+    s = json.loads((out / 'adapt_summary.json').read_text())
+    d = s['deployment']
+    assert len(d['prior_episodes_s']) == len(d['adapted_episodes_s']) == 1
+    assert d['prior_balance_s'] == d['prior_episodes_s'][0]
+    # Rig time: every phase on the rig counted, the re-training in simulation not.
+    phases = {p['phase']: p for p in s['phases']}
+    assert set(phases) == {'0_baseline', '1_sim_retrain', '3_deployment'}, phases
+    assert phases['1_sim_retrain']['rig_seconds'] == 0.0
+    assert s['rig_seconds'] == pytest.approx(sum(p['rig_seconds'] for p in s['phases']))
+    assert 19.0 < phases['0_baseline']['rig_seconds']  # the 16 s excitation and a 3 s episode
+    assert s['rig_seconds'] < s['wall_seconds']
+    # Identified from the excitation and the episode: the stuck rig's latency (30 ms) is seen.
+    assert s['identified']['sensing_latency_s']['value'] > 0.02
+    assert (out / 'identified_rig.yaml').exists() and (out / 'adapt.png').exists()
+    assert 'not one more episode' in run.text

@@ -55,7 +55,9 @@ def test_pacer_real_clock_holds_the_period():
     pacer = Pacer(0.005)
     pacer.start()
     dts = [pacer.wait().dt_s for _ in range(100)][1:]
-    assert np.mean(dts) == pytest.approx(0.005, abs=2e-4)
+    # The median: one pause of the VM's host skips whole cycles (as the pacer should), which
+    # would move the mean; a pacer off its period moves the median too.
+    assert np.median(dts) == pytest.approx(0.005, abs=2e-4), dts
 
 
 def test_pacer_rejects_a_bad_period():

@@ -38,6 +38,13 @@ ACTION_SIZE = 1
 OBS_LABELS = ('theta', 'sin_phi', 'cos_phi', 'theta_dot', 'phi_dot', 'prev_action')
 VELOCITY_SCALE = 0.1
 QUIET_FILTER = 0.2  # EMA weight of the reset's stillness velocities (per reset tick)
+# When the reset calls the rig quiet (held 0.5 s): the arm centred and still, the pendulum's
+# residual swing small. A rig with a wide dead zone or strong stiction cannot calm a small
+# swing through the arm (every correction is inside its dead zone), and its pendulum's own
+# damping takes tens of seconds: a swing of 0.1 rad is what an episode from hanging starts
+# with unharmed.
+QUIET_ARM_RAD, QUIET_ARM_RAD_S = 0.05, 0.3
+QUIET_PENDULUM_RAD, QUIET_PENDULUM_RAD_S = 0.1, 1.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,9 @@ class TaskConfig(FromParams):
     :param reset_kp_v_per_rad: arm-centring gain of the reset loop.
     :param reset_kd_v_s_per_rad: arm damping gain of the reset loop.
     :param reset_pendulum_damping_v_s_per_rad: gain of the pendulum-calming term.
+    :param reset_ki_v_per_rad_s: integral gain of the arm centring while the arm is still
+        (it breaks a sticky arm away where the proportional term alone stays inside the dead
+        zone and the stiction).
     """
 
     TABLE: ClassVar[tuple[Param, ...]] = CONTROL_PARAMETERS
@@ -85,6 +95,7 @@ class TaskConfig(FromParams):
     reset_kp_v_per_rad: float = 4.0
     reset_kd_v_s_per_rad: float = 0.3
     reset_pendulum_damping_v_s_per_rad: float = 0.15
+    reset_ki_v_per_rad_s: float = 20.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -318,6 +329,7 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
         self._reset_start = time.monotonic()
         self._still_since: float | None = None
         self._quiet_vel = (0.0, 0.0)
+        self._reset_integral_v = 0.0
 
     def reset_step(self) -> tuple[bool, bool]:
         """One tick of the reset controller; return ``(done, settled)``.
@@ -340,10 +352,10 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
         ad_f = self._quiet_vel[1] + k * (alpha_dot - self._quiet_vel[1])
         self._quiet_vel = (td_f, ad_f)
         quiet = (
-            abs(cur.theta) < 0.05
-            and abs(td_f) < 0.3
-            and abs(alpha_down) < 0.05
-            and abs(ad_f) < 0.3
+            abs(cur.theta) < QUIET_ARM_RAD
+            and abs(td_f) < QUIET_ARM_RAD_S
+            and abs(alpha_down) < QUIET_PENDULUM_RAD
+            and abs(ad_f) < QUIET_PENDULUM_RAD_S
         )
         if quiet:
             if self._still_since is None:
@@ -356,7 +368,12 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
         if now - self._reset_start > c.reset_timeout_s:
             self.client.set_voltage(0.0)
             return True, False
-        self.client.set_voltage(reset_voltage(c, cur.theta, theta_dot, alpha_down, alpha_dot))
+        self._reset_integral_v = reset_integral(
+            c, self._reset_integral_v, cur.theta, td_f, c.period_s
+        )
+        self.client.set_voltage(
+            reset_voltage(c, cur.theta, theta_dot, alpha_down, alpha_dot, self._reset_integral_v)
+        )
         return False, False
 
     def begin_episode(self) -> np.ndarray:
@@ -388,18 +405,42 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
 
 
 def reset_voltage(
-    config: TaskConfig, theta: float, theta_dot: float, alpha_down: float, alpha_dot: float
+    config: TaskConfig,
+    theta: float,
+    theta_dot: float,
+    alpha_down: float,
+    alpha_dot: float,
+    integral_v: float = 0.0,
 ) -> float:
-    """The reset controller: centre the arm (PD) and calm the hanging pendulum.
+    """The reset controller: centre the arm (PID) and calm the hanging pendulum.
 
     Driving the arm against the pendulum's velocity (times cos alpha) takes swing energy out
     through the arm; in simulation it settles a 2.5 rad swing in 2.5 s instead of 3.1 s with
     the PD alone (and far longer with the motor off). Positive gains destabilise.
+    ``integral_v`` is :func:`reset_integral`'s state.
     """
     v = -config.reset_kp_v_per_rad * theta - config.reset_kd_v_s_per_rad * theta_dot
     v -= config.reset_pendulum_damping_v_s_per_rad * math.cos(alpha_down) * alpha_dot
     limit = 0.5 * config.max_action_v
-    return max(-limit, min(limit, v))
+    return max(-limit, min(limit, v + integral_v))
+
+
+def reset_integral(
+    config: TaskConfig, integral_v: float, theta: float, theta_dot: float, dt_s: float
+) -> float:
+    """The reset's integral term after one tick.
+
+    It grows only while the arm is still (a stuck arm off centre, held by stiction or inside
+    the motor's dead zone, until it breaks away) and is dropped once it pushes the arm's own
+    way (the arm crossed the centre), so a free arm sees the PD alone and no wind-up
+    overshoots; bounded by the reset's voltage limit.
+    """
+    if abs(theta_dot) < QUIET_ARM_RAD_S:
+        integral_v -= config.reset_ki_v_per_rad_s * theta * dt_s
+    if integral_v * theta > 0.0:
+        integral_v = 0.0
+    limit = 0.5 * config.max_action_v
+    return max(-limit, min(limit, integral_v))
 
 
 class _TimestampUnwrapper:

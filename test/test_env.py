@@ -128,8 +128,11 @@ def test_the_reset_settles_the_worn_rig_well_inside_its_timeout(start_emulator):
             _, _, terminated, truncated, _ = env.step(np.array([0.8 if k % 25 < 12 else -0.8]))
             if terminated or truncated:
                 break
+        swung = env.read()
+        assert abs(swung.theta) > 0.1 or abs(wrap_angle(swung.alpha)) > 0.1, swung  # disturbed
         obs, info = env.reset()
-        assert info['settled'] and info['reset_s'] < 0.6 * config.reset_timeout_s, info
+        # 15 s: fails the 18 s the PD took, leaves room for a host's pauses around ~8 s.
+        assert info['settled'] and info['reset_s'] < 0.75 * config.reset_timeout_s, info
         assert abs(obs[0]) < 0.05, (obs, info)  # the arm centred
     finally:
         env.close()

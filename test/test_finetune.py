@@ -144,7 +144,7 @@ def test_a_harmful_update_never_drives_the_rig(tmp_path):
 
 
 def test_a_candidate_the_learner_starts_from_drives_only_if_the_guard_promotes_it(tmp_path):
-    """A bad candidate is evaluated and never drives a training episode.
+    """A bad candidate the learner starts from never drives a training episode.
 
     candidate:= (what rip_control.adapt passes: the policy re-trained at an identified rig)
     starts the learner while the node keeps its own policy live. A bad one (a random actor,
@@ -152,7 +152,9 @@ def test_a_candidate_the_learner_starts_from_drives_only_if_the_guard_promotes_i
     """
     from rip_control.policy import encode_actor, random_actor
 
-    bad = random_actor(OBS_SIZE, ACTION_SIZE, (64, 64), 50.0, seed=3, version=5)
+    # Version 1000: a learner that ignored the candidate and started from v1 could not reach it
+    # in three episodes, so versions above it show the candidate was loaded.
+    bad = random_actor(OBS_SIZE, ACTION_SIZE, (64, 64), 50.0, seed=3, version=1000)
     candidate = tmp_path / 'candidate' / 'policy.safetensors'
     candidate.parent.mkdir()
     candidate.write_bytes(encode_actor(bad.meta, bad.tensors))

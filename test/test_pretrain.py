@@ -153,7 +153,7 @@ def test_identified_ranges_are_as_wide_as_the_uncertainty_with_a_floor(tmp_path)
     assert all(0.026 <= d.sensing_latency_s <= 0.034 for d in draws)
 
 
-def test_a_warm_start_from_a_rig_file_trains_from_the_priors_networks(tmp_path):
+def test_a_warm_start_from_a_rig_file_trains_from_the_priors_networks(tmp_path, capsys):
     out = tmp_path / 'warm'
     argv = [
         f'out:={out}',
@@ -179,8 +179,11 @@ def test_a_warm_start_from_a_rig_file_trains_from_the_priors_networks(tmp_path):
     (bare / 'policy.safetensors').write_bytes(
         (REPO / 'policies' / 'sim_50hz' / 'policy.safetensors').read_bytes()
     )
+    capsys.readouterr()
     assert pretrain.main([*argv[:2], f'init:={bare}', 'steps:=10', f'out:={tmp_path / "b"}']) == 2
+    assert 'checkpoint.safetensors' in capsys.readouterr().err
     assert pretrain.main([*argv[:3], 'hidden_sizes:=[32, 32]', 'steps:=10']) == 2
+    assert '[32, 32]' in capsys.readouterr().err
 
 
 def test_there_are_at_least_two_shifted_rigs_and_a_bad_key_is_named(tmp_path):

@@ -4,7 +4,7 @@
 
 One run of :func:`rip_control.adapt.adapt` (its summary is the record): the deployment
 balance before and after, the rig time it took and the wall time, the identification, the
-re-training and the guard's verdicts on the candidate's lineage.
+re-training, the guard's verdict on the re-trained policy and on the fine-tune's.
 """
 
 from __future__ import annotations
@@ -49,19 +49,20 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
 def adapt_table(docs: list[dict[str, Any]]) -> str:
     """Markdown: one row per run, and the mean over the runs of each rig."""
     rows = [
-        '| rig | seed | rig time | wall | re-training | candidate lineage: evaluations '
-        '(promoted) | balance before → after (per episode after) |',
-        '|---|---|---|---|---|---|---|',
+        '| rig | seed | rig time | wall | re-training | re-trained policy on the rig (guard) '
+        '| fine-tune evaluations (promoted) | balance before → after (per episode after) |',
+        '|---|---|---|---|---|---|---|---|',
     ]
     for d in docs:
-        dep, evs = d['deployment'], d['finetune']['evaluations']
-        cand = [e for e in evs if e['policy_version'] >= d['finetune']['candidate_version']]
-        promoted = sum(e['verdict'] == 'promoted' for e in cand)
+        dep, cand, fine = d['deployment'], d['candidate'], d['finetune']
+        evs = fine['evaluations']
+        promoted = sum(e['verdict'] == 'promoted' for e in evs)
         after = ', '.join(f'{b:.1f}' for b in dep['adapted_episodes_s'])
         rows.append(
             f'| {Path(d["rig"]).stem} | {d["seed"]} | {d["rig_seconds"] / 60:.1f} min | '
             f'{d["wall_seconds"] / 60:.1f} min | {d["retrain"]["steps"]} steps, '
-            f'{d["retrain"]["wall_s"] / 60:.1f} min | {len(cand)} ({promoted}) | '
+            f'{d["retrain"]["wall_s"] / 60:.1f} min | {cand["balance_s"]:.2f} s '
+            f'({cand["verdict"]}) | {len(evs)} ({promoted}) | '
             f'{dep["prior_balance_s"]:.2f} s → {dep["adapted_balance_s"]:.2f} s ({after}) |'
         )
     by_rig: dict[str, list[float]] = {}
@@ -70,7 +71,7 @@ def adapt_table(docs: list[dict[str, Any]]) -> str:
     for rig, vals in by_rig.items():
         if len(vals) > 1:
             rows.append(
-                f'| {rig} | mean of {len(vals)} | | | | | → {np.mean(vals):.2f} s '
+                f'| {rig} | mean of {len(vals)} | | | | | | → {np.mean(vals):.2f} s '
                 f'(min {np.min(vals):.2f} s) |'
             )
     return '\n'.join(rows)

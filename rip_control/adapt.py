@@ -15,11 +15,17 @@ its own (``--help`` lists both). Each phase's folder is under ``runs/<run_name>/
    simulation at the identified physics (:mod:`rip_learner.pretrain`, ``rig_params`` the
    identified file, randomised as wide as the identification's uncertainty), warm-started
    from the current policy, for at most ``retrain_minutes``.
-4. ``2_finetune``, on the rig: SAC fine-tuning, the control node driving the current policy
-   and the learner starting from the re-trained one (``candidate``, with its simulated data
-   as prior data): the candidate is one like any other and drives only once the regression
-   guard promotes it. Its training episodes fill the rig-time budget that is left.
-5. ``3_deployment``, on the rig: the guard's best policy deployed as in phase 1.
+4. ``2_candidate``, on the rig: the re-trained policy deployed as in phase 1 and judged
+   against the prior's deployment by the regression guard's own rule
+   (:class:`rip_control.rt.gate.PolicyGate`, the control node's ``eval_margin`` and
+   ``eval_balance_margin``): it drives the rest of the loop only if promoted. Judged as
+   re-trained, before any update on the rig can move it.
+5. ``3_finetune``, on the rig: SAC fine-tuning from the promoted policy (else the prior),
+   its critics and the identified simulation's data (prior data) with it, the node's own
+   guard on; its training episodes fill the rig-time budget that is left.
+6. ``4_deployment``, on the rig: the guard's best policy deployed as in phase 1 (skipped
+   when not one fine-tune episode fitted the budget: the policy that goes on was deployed
+   in phase 1 or 4 already, and that deployment is the result).
 
 On the emulated rig (no ``serial_port``) one emulator plays the rig for every phase: only
 that process reads ``rig_params``, once, at its start; nothing but the rig's transitions
@@ -65,7 +71,7 @@ OPTIONS = (
     ),
 )
 RUNNER_DEFAULTS = {'run_name': 'adapt'}
-PHASES = ('0_baseline', '1_sim_retrain', '2_finetune', '3_deployment')
+PHASES = ('0_baseline', '1_sim_retrain', '2_candidate', '3_finetune', '4_deployment')
 SUMMARY = 'adapt_summary.json'
 PLOT = 'adapt.png'
 
@@ -172,10 +178,49 @@ class Adapt:
             args['excitation_episodes'] = '1'
         report = self.phase(name, args, lambda a: _with_run(evaluate(a, stream_logs=self.stream)))
         balances = _balances(report)
-        mean = sum(balances) / len(balances) if balances else math.nan
+        mean = _mean(balances)
         self.curve.append((self.rig_s, mean, name))
         self.log(f'{name}: balance {mean:.2f} s mean over {len(balances)} episodes')
         return report
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def _judge(a: Adapt, prior: dict[str, Any], candidate: dict[str, Any]) -> Any:
+    """The regression guard's verdict on the candidate's deployment against the prior's.
+
+    The guard's own rule and margins (the control node's ``eval_margin`` and
+    ``eval_balance_margin``), fed each deployment's mean return and mean longest balance
+    instead of one evaluation episode's.
+    """
+    from rip_control.rt.gate import PolicyGate
+
+    gate: PolicyGate[Any] = PolicyGate(
+        every=1,
+        margin=float(a.control['eval_margin']),
+        balance_margin=float(a.control['eval_balance_margin']),
+    )
+
+    def scores(report: dict[str, Any]) -> tuple[float, float]:
+        return _mean([float(e['ret']) for e in report['episodes']]), _mean(_balances(report))
+
+    before, after = _Version(0), _Version(1)
+    gate.start(before)
+    gate.next_episode(before)  # the baseline: the prior
+    gate.judge(*scores(prior))
+    gate.finish_training()
+    is_evaluation, judged = gate.next_episode(after)
+    assert is_evaluation and judged is after
+    return gate.judge(*scores(candidate))
+
+
+class _Version:
+    """What the gate needs of an actor: a version."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
 
 
 def _with_run(report: dict[str, Any]) -> dict[str, Any]:
@@ -270,21 +315,28 @@ def _loop(
     a.phases.append(
         {'phase': PHASES[1], 'rig_seconds': 0.0, 'wall_seconds': time.monotonic() - t0}
     )
-    # 4. fine-tune on the rig from the candidate, the prior live until the guard promotes it
+    # 4. the candidate on the rig, judged by the guard's rule against the prior's deployment
     live = load_actor_file(prior, rate_hz=a.rate, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
     candidate = _versioned(
-        retrain_dir / run_files.POLICY,
-        a.run_dir / PHASES[2] / 'candidate',
-        live.version + 1,
-        a.rate,
+        retrain_dir / run_files.POLICY, a.run_dir / 'candidate', live.version + 1, a.rate
     )
-    fine = _finetune(a, budget_s, prior, candidate, finetune_run)
+    judged = a.deploy(PHASES[2], candidate, excitation=False)
+    verdict = _judge(a, base, judged)
+    a.log(
+        f'{PHASES[2]}: {verdict.kind}'
+        + (f' ({verdict.reason})' if verdict.reason else '')
+        + f': the loop goes on from the {"re-trained" if verdict.kind == "promoted" else "prior"}'
+        ' policy'
+    )
+    start = candidate if verdict.kind == 'promoted' else prior
+    # 5. fine-tune on the rig from it, the guard on
+    fine = _finetune(a, budget_s, start, finetune_run)
     if fine:
-        deployed = resolve_auto_policy(a.run_dir / PHASES[2], a.rate, True)
-    else:
-        deployed = prior
-    # 5. the deployment
-    final = a.deploy(PHASES[3], deployed, excitation=False)
+        # 6. the deployment of what the fine-tune's guard kept
+        deployed = resolve_auto_policy(a.run_dir / PHASES[3], a.rate, True)
+        final = a.deploy(PHASES[4], deployed, excitation=False)
+    else:  # not one episode fitted: what goes on is deployed and measured already
+        deployed, final = start, (judged if start == candidate else base)
     adapted = _balances(final)
     summary = {
         'command': 'python -m rip_control.adapt',
@@ -307,18 +359,25 @@ def _loop(
             'stopped_by': retrain['stopped_by'],
             'best': retrain['best'],
         },
+        'candidate': {
+            'policy_version': live.version + 1,
+            'verdict': verdict.kind,
+            'reason': verdict.reason,
+            'balance_s': _mean(_balances(judged)),
+            'episodes_s': _balances(judged),
+        },
         'finetune': {
+            'start': 'candidate' if start == candidate else 'prior',
             'episodes': fine.get('episodes'),
             'evaluations': fine.get('evaluations', []),
             'live_policy_version': fine.get('live_policy_version'),
-            'candidate_version': live.version + 1,
         },
         'deployed_policy': str(deployed),
         'deployment': {
             'episodes': own['deployment_episodes'],
             'episode_seconds': own['deployment_episode_seconds'],
-            'prior_balance_s': sum(prior_balances) / len(prior_balances),
-            'adapted_balance_s': sum(adapted) / len(adapted),
+            'prior_balance_s': _mean(prior_balances),
+            'adapted_balance_s': _mean(adapted),
             'prior_episodes_s': prior_balances,
             'adapted_episodes_s': adapted,
         },
@@ -337,23 +396,21 @@ def _loop(
     return summary
 
 
-def _finetune(
-    a: Adapt, budget_s: float, prior: Path, candidate: Path, finetune_run: Any
-) -> dict[str, Any]:
+def _finetune(a: Adapt, budget_s: float, start: Path, finetune_run: Any) -> dict[str, Any]:
     """Fine-tune on the rig in chunks until the rig-time budget is spent.
 
-    The budget less what the final deployment will take (as much as the baseline did).
+    The budget less what the final deployment will take (as much as the candidate's did).
     Returns the last chunk's summary with every chunk's evaluations (``{}`` if not one
     episode fitted).
 
-    The first chunk (``FIRST_CHUNK`` episodes) starts the learner from ``candidate``, the
-    control node from ``prior``; it measures what an episode costs on this rig (its resets,
+    The first chunk (``FIRST_CHUNK`` episodes) starts both nodes from ``start`` (its critics
+    and prior data beside it); it measures what an episode costs on this rig (its resets,
     the guard's evaluations). The later ones continue the run: its replay buffer and its
     best-evaluated policy with its critics (``resume_buffer:=auto policy:=auto``).
     """
-    reserve = a.phases[0]['rig_seconds']  # the final deployment, about the baseline's cost
+    reserve = a.phases[-1]['rig_seconds']  # the final deployment: as long as the candidate's
     per_episode = float(a.control['episode_seconds']) * 2.0  # a first guess: resets as long
-    args: dict[str, str] = {'policy': str(prior), 'candidate': str(candidate)}
+    args: dict[str, str] = {'policy': str(start)}
     evaluations: list[dict[str, Any]] = []
     fine: dict[str, Any] = {}
     chunk = 0
@@ -368,7 +425,7 @@ def _finetune(
         a.log(f'fine-tune: {episodes} training episodes ({max(left, 0):.0f} s of rig time left)')
         before = a.rig_s
         fine = a.phase(
-            PHASES[2],
+            PHASES[3],
             {**args, 'episodes': str(episodes)},
             lambda run_args: finetune_run(run_args, stream_logs=a.stream),
         )

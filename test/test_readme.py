@@ -23,6 +23,7 @@ import time
 
 import pytest
 from ros2_cli import argv, colcon_build, require_launch, sourced_env
+import yaml
 
 from rip_control.policy import load_actor_file
 from rip_control.procs import child_env
@@ -694,8 +695,8 @@ ADAPT = (
 def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(tmp_path):
     """The adapt loop as typed; only the emulator reads the rig file.
 
-    Kept short by appended arguments (a budget that leaves no fine-tune episode: the
-    candidate's guard has test_finetune's test). The rig file is a copy removed once the
+    Kept short by appended arguments (a budget that leaves no fine-tune episode; the guard
+    on the fine-tune has test_finetune's tests). The rig file is a copy removed once the
     emulator has started: nothing but the emulator may need it, and the identification gets
     nothing but the transitions.
     """
@@ -721,12 +722,28 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
     assert d['prior_balance_s'] == d['prior_episodes_s'][0]
     # Rig time: every phase on the rig counted, the re-training in simulation not.
     phases = {p['phase']: p for p in s['phases']}
-    assert set(phases) == {'0_baseline', '1_sim_retrain', '3_deployment'}, phases
+    # The re-trained policy deployed and judged; no fine-tune episode fitted, so no final
+    # deployment either (what goes on was deployed already).
+    assert set(phases) == {'0_baseline', '1_sim_retrain', '2_candidate'}, phases
+    assert s['candidate']['verdict'] in ('promoted', 'rejected')
+    assert len(s['candidate']['episodes_s']) == 1
+    promoted = s['candidate']['verdict'] == 'promoted'
+    went_on = s['candidate']['episodes_s'] if promoted else d['prior_episodes_s']
+    assert d['adapted_episodes_s'] == went_on
     assert phases['1_sim_retrain']['rig_seconds'] == 0.0
     assert s['rig_seconds'] == pytest.approx(sum(p['rig_seconds'] for p in s['phases']))
     assert 19.0 < phases['0_baseline']['rig_seconds']  # the 16 s excitation and a 3 s episode
+    rows = (out / '0_baseline' / 'timing.csv').read_text().splitlines()
+    assert rows[1].startswith('0,800,') and rows[1].split(',')[-3] == 'excitation', rows
     assert s['rig_seconds'] < s['wall_seconds']
     # Identified from the excitation and the episode: the stuck rig's latency (30 ms) is seen.
     assert s['identified']['sensing_latency_s']['value'] > 0.02
+    # ... from the baseline's transitions, starting from the package's own prior.
+    ident = yaml.safe_load((out / 'identified_rig.yaml').read_text())['identification']
+    # the excitation's 800 ticks and the 3 s episode's 150, nothing else
+    assert ident['source'].endswith(
+        '0_baseline/evaluation_transitions.safetensors (950 transitions)'
+    ), ident
+    assert ident['prior'].startswith('QUBE-Servo 2 defaults'), ident
     assert (out / 'identified_rig.yaml').exists() and (out / 'adapt.png').exists()
     assert 'not one more episode' in run.text

@@ -399,26 +399,32 @@ def _loop(
 def _finetune(a: Adapt, budget_s: float, start: Path, finetune_run: Any) -> dict[str, Any]:
     """Fine-tune on the rig in chunks until the rig-time budget is spent.
 
-    The budget less what the final deployment will take (as much as the candidate's did).
+    The budget less what the final deployment will take (``RESERVE_FACTOR`` times the
+    candidate's).
     Returns the last chunk's summary with every chunk's evaluations (``{}`` if not one
     episode fitted).
 
-    The first chunk (``FIRST_CHUNK`` episodes) starts both nodes from ``start`` (its critics
-    and prior data beside it); it measures what an episode costs on this rig (its resets,
-    the guard's evaluations). The later ones continue the run: its replay buffer and its
-    best-evaluated policy with its critics (``resume_buffer:=auto policy:=auto``).
+    The first chunk (at most ``FIRST_CHUNK`` episodes) starts both nodes from ``start`` (its
+    critics and prior data beside it); it measures what an episode costs on this rig (its
+    reset; the guard's evaluations are episodes too). The later ones continue the run: its
+    replay buffer and its best-evaluated policy with its critics (``resume_buffer:=auto
+    policy:=auto``).
     """
-    reserve = a.phases[-1]['rig_seconds']  # the final deployment: as long as the candidate's
-    per_episode = float(a.control['episode_seconds']) * 2.0  # a first guess: resets as long
+    # The final deployment: as long as the candidate's, with a margin for slower resets.
+    reserve = RESERVE_FACTOR * a.phases[-1]['rig_seconds']
+    every = int(a.control['eval_every_episodes'])
+    # Rig time of one episode, its reset included (training or evaluation: the same length);
+    # a first guess until the first chunk has measured it.
+    per_episode = float(a.control['episode_seconds']) * 2.0
     args: dict[str, str] = {'policy': str(start)}
     evaluations: list[dict[str, Any]] = []
     fine: dict[str, Any] = {}
     chunk = 0
     while True:
         left = budget_s - a.rig_s - reserve
-        episodes = FIRST_CHUNK if chunk == 0 else int(left // per_episode)
-        if chunk == 0 and left < FIRST_CHUNK * per_episode:
-            episodes = int(left // per_episode)
+        episodes = _episodes_that_fit(left, per_episode, every)
+        if chunk == 0:
+            episodes = min(episodes, FIRST_CHUNK)
         if episodes < 1:
             a.log(f'fine-tune: {max(left, 0):.0f} s of rig time left: not one more episode')
             break
@@ -432,8 +438,8 @@ def _finetune(a: Adapt, budget_s: float, start: Path, finetune_run: Any) -> dict
         evaluations += fine.get('evaluations', [])
         for e in fine.get('evaluations', []):
             a.log(f'fine-tune: evaluation of v{e.get("policy_version")}: {e.get("verdict")}')
-        done = max(1, int(fine.get('episodes') or episodes))
-        per_episode = (a.rig_s - before) / done
+        ran = int(fine.get('episodes') or episodes) + len(fine.get('evaluations', []))
+        per_episode = (a.rig_s - before) / max(1, ran)
         args = {'policy': 'auto', 'resume_buffer': 'auto'}
         chunk += 1
     if fine:
@@ -442,6 +448,23 @@ def _finetune(a: Adapt, budget_s: float, start: Path, finetune_run: Any) -> dict
 
 
 FIRST_CHUNK = 2  # training episodes of the first fine-tune chunk (it measures their cost)
+RESERVE_FACTOR = 1.1  # the final deployment's rig time, over the candidate's deployment's
+
+
+def _episodes_that_fit(left_s: float, per_episode_s: float, every: int) -> int:
+    """Training episodes whose chunk fits ``left_s`` of rig time.
+
+    A chunk of ``n`` runs ``n`` training episodes and the guard's evaluations: its baseline
+    at the start and one after every ``every`` training episodes (none with the guard off),
+    each about ``per_episode_s`` with its reset.
+    """
+    n = 0
+    while True:
+        m = n + 1
+        evaluations = (1 + m // every) if every > 0 else 0
+        if (m + evaluations) * per_episode_s > left_s:
+            return n
+        n = m
 
 
 def _plot(path: Path, summary: dict[str, Any]) -> None:

@@ -1,0 +1,45 @@
+"""rip_control.adapt's pure parts: the fine-tune's budget, the guard's verdict on the re-training.
+
+The loop itself runs as the README types it (test_readme.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rip_control.adapt import Adapt, _episodes_that_fit, _judge
+
+
+def test_a_chunk_counts_the_guards_evaluations_against_the_budget() -> None:
+    # 3 training episodes and 2 evaluations (the baseline, one after the 2nd) at 33 s: 165 s.
+    assert _episodes_that_fit(204.0, 33.0, every=2) == 3
+    assert _episodes_that_fit(164.0, 33.0, every=2) == 2  # 4 episodes' worth: 2 + 2 evals
+    assert _episodes_that_fit(65.0, 33.0, every=2) == 0  # one episode and its baseline: 66 s
+    assert _episodes_that_fit(100.0, 10.0, every=0) == 10  # the guard off: no evaluations
+
+
+def _report(returns: list[float], balances: list[float]) -> dict:
+    return {
+        'episodes': [
+            {'ret': r, 'longest_balance_s': b} for r, b in zip(returns, balances, strict=True)
+        ]
+    }
+
+
+@pytest.fixture
+def loop(tmp_path) -> Adapt:
+    return Adapt({}, {'runs_dir': str(tmp_path)}, stream=False)
+
+
+def test_the_retrained_policy_is_judged_by_the_guards_rule_on_the_deployments_means(loop):
+    prior = _report([330.0, 340.0], [0.4, 0.5])
+    better = _judge(loop, prior, _report([440.0, 450.0], [8.4, 8.5]))
+    assert better.kind == 'promoted'
+    # Within eval_margin (5 %) of the prior's mean return and balancing as long: promoted.
+    assert _judge(loop, prior, _report([325.0, 330.0], [0.45, 0.45])).kind == 'promoted'
+    # Returns far below (a wrong identification's policy that falls at once): rejected.
+    worse = _judge(loop, prior, _report([120.0, 130.0], [0.1, 0.1]))
+    assert worse.kind == 'rejected' and 'return' in worse.reason
+    # A return as high but a balance far shorter (eval_balance_margin 25 %): rejected.
+    hover = _judge(loop, prior, _report([336.0, 336.0], [0.2, 0.2]))
+    assert hover.kind == 'rejected' and 'balance' in hover.reason

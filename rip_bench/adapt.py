@@ -49,7 +49,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
 def adapt_table(docs: list[dict[str, Any]]) -> str:
     """Markdown: one row per run, and the mean over the runs of each rig."""
     rows = [
-        '| rig | seed | rig time | wall | re-training | re-trained policy on the rig (guard) '
+        '| rig | seed | rig time | wall | re-training | re-trained policy on the rig, at rig time '
+        '(guard) '
         '| fine-tune evaluations (promoted) | balance before → after (per episode after) |',
         '|---|---|---|---|---|---|---|---|',
     ]
@@ -58,11 +59,12 @@ def adapt_table(docs: list[dict[str, Any]]) -> str:
         evs = fine['evaluations']
         promoted = sum(e['verdict'] == 'promoted' for e in evs)
         after = ', '.join(f'{b:.1f}' for b in dep['adapted_episodes_s'])
+        at = next(c['rig_s'] for c in d['curve'] if c['what'] == '2_candidate')
         rows.append(
             f'| {Path(d["rig"]).stem} | {d["seed"]} | {d["rig_seconds"] / 60:.1f} min | '
             f'{d["wall_seconds"] / 60:.1f} min | {d["retrain"]["steps"]} steps, '
-            f'{d["retrain"]["wall_s"] / 60:.1f} min | {cand["balance_s"]:.2f} s '
-            f'({cand["verdict"]}) | {len(evs)} ({promoted}) | '
+            f'{d["retrain"]["wall_s"] / 60:.1f} min | {cand["balance_s"]:.2f} s at '
+            f'{at / 60:.1f} min ({cand["verdict"]}) | {len(evs)} ({promoted}) | '
             f'{dep["prior_balance_s"]:.2f} s → {dep["adapted_balance_s"]:.2f} s ({after}) |'
         )
     by_rig: dict[str, list[float]] = {}

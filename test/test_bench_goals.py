@@ -258,3 +258,8 @@ def test_the_table_command_names_a_bad_file(tmp_path, capsys) -> None:
 def test_the_readmes_identification_table_is_generated_from_the_committed_results() -> None:
     readme = (REPO / 'README.md').read_text()
     assert table('identification', 'identification.json') in readme
+
+
+def test_the_readmes_adapt_table_is_generated_from_the_committed_results() -> None:
+    readme = (REPO / 'README.md').read_text()
+    assert table('adapt', 'adapt_stuck_seed0.json', 'adapt_stuck_seed1.json') in readme

@@ -17,7 +17,7 @@ import time
 from typing import Any, Protocol
 
 from rip_bench import (
-    adapt,
+    adapt_loop,
     bag_roundtrip,
     demo,
     e2e,
@@ -60,7 +60,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     matrix,
     sim_finetune,
     identification,
-    adapt,
+    adapt_loop,
     bag_roundtrip,
     serial_roundtrip,
 )

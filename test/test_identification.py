@@ -13,31 +13,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-import threading
 
 import numpy as np
 import pytest
-import yaml
 
 from rip_control.params import defaults
 from rip_control.policy import load_actor_file
-from rip_control.rig.client import LowLevelClient
 from rip_control.rig.dynamics import PendulumParams
-from rip_control.rig.emulator_process import EmulatorProcess
 from rip_control.rig.env import (
     ACTION_SIZE,
     OBS_SIZE,
-    RealRotaryInvertedPendulumEnv,
     SimRotaryInvertedPendulumEnv,
     TaskConfig,
 )
 from rip_control.rig.excitation import Excitation, ExcitationDesign
-from rip_control.rt.loop import ControlLoop, EpisodeSummary, LoopConfig, TickSample
-from rip_control.rt.outbox import Outbox
 from rip_control.run_files import packaged_policy
-from rip_control.transitions import EXCITATION_VERSION, Transition
-from rip_learner import buffer_store, identify
-from rip_learner.buffer_store import PROVENANCE
+from rip_learner import identify
 
 REPO = Path(__file__).resolve().parents[1]
 RIGS = sorted((REPO / 'config').glob('rig_*.yaml'))
@@ -152,79 +143,3 @@ class _Box:
 
     def read_from_rt(self):  # noqa: ANN201 - the ActorSource protocol
         return self.actor
-
-
-def _record_on_emulator(tmp_path: Path, rig: Path) -> tuple[list[EpisodeSummary], dict]:
-    """Record an excitation and an episode on the emulator.
-
-    The control loop on the emulator (``rig``'s physics, read by the emulator only): one
-    excitation episode, then one 10 s training episode of the shipped policy's mean action.
-    """
-    with EmulatorProcess(tmp_path / 'rig', ['--params', str(rig), '--seed', '5']) as emu:
-        client = LowLevelClient(str(emu.link))
-        client.open()
-        try:
-            task = TaskConfig.from_params(episode_seconds=10.0)
-            env = RealRotaryInvertedPendulumEnv(client, task)
-            cfg = LoopConfig.from_params(
-                episodes=1,
-                excitation_episodes=1,
-                eval_every_episodes=0,
-                stochastic_actions=False,
-                # The loop in this process has no SCHED_FIFO: a loaded VM may stretch a tick.
-                timing_violation_threshold_s=0.05,
-                max_strikes=10,
-            )
-            transitions: Outbox[Transition] = Outbox(100_000, holdback=cfg.max_strikes - 1)
-            episodes: Outbox[EpisodeSummary] = Outbox(100)
-            ticks: Outbox[TickSample] = Outbox(100_000)
-            loop = ControlLoop(env, cfg, _Box(), transitions, ticks, episodes)
-            loop.run(threading.Event())
-        finally:
-            client.close()
-    done = []
-    while (ep := episodes.pop_from_non_rt()) is not None:
-        done.append(ep)
-    got = []
-    while (t := transitions.pop_from_non_rt()) is not None:
-        got.append(t)
-    return done, buffer_store.arrays_from_transitions(got)
-
-
-@pytest.mark.slow
-def test_an_emulated_rig_is_identified_within_tolerance_from_an_excitation_and_one_episode(
-    tmp_path: Path,
-) -> None:
-    from rip_bench.identification import TOLERANCE, within
-
-    done, arrays = _record_on_emulator(tmp_path, STUCK)
-    # The loop ran the excitation first, as its own kind, then the training episode.
-    assert [e.kind for e in done] == ['excitation', 'training']
-    assert done[0].n_ticks == 800 and not done[0].terminated
-    assert done[0].policy_version == EXCITATION_VERSION
-    versions = arrays['policy_versions']
-    assert (versions[arrays['episodes'] == done[0].episode] == EXCITATION_VERSION).all()
-    episode = versions[arrays['episodes'] == done[1].episode]
-    assert len(episode) == done[1].n_ticks and (episode >= 0).all()
-    assert set(PROVENANCE) <= set(arrays)
-    # Only the transitions reach the fit: written as a buffer, read back by the command.
-    buffer = tmp_path / 'run' / 'replay_buffer.safetensors'
-    meta = buffer_store.BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, len(arrays['rewards']), 1)
-    buffer_store.save(buffer, arrays, meta)
-    assert identify.main([f'run:={buffer.parent}', 'seed:=0']) == 0
-    out = yaml.safe_load((buffer.parent / 'identified_rig.yaml').read_text())
-    assert (buffer.parent / 'identified_rig.png').stat().st_size > 10_000
-    # The YAML is a rig file: the emulator's loader reads it unchanged.
-    fitted = PendulumParams.from_yaml(buffer.parent / 'identified_rig.yaml')
-    truth = PendulumParams.from_yaml(STUCK)
-    misses = {
-        name: (getattr(fitted, name), getattr(truth, name))
-        for name in TOLERANCE
-        if not within(name, getattr(fitted, name), getattr(truth, name))
-    }
-    assert not misses, misses
-    report = out['identification']
-    assert report['seconds_of_data'] <= 60.0
-    for name in TOLERANCE:
-        assert report['fitted'][name]['determined'] and report['fitted'][name]['std'] > 0
-    assert report['residual_rms_rad']['alpha'] < report['prior_residual_rms_rad']['alpha']

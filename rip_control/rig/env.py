@@ -95,7 +95,7 @@ class TaskConfig(FromParams):
     reset_kp_v_per_rad: float = 4.0
     reset_kd_v_s_per_rad: float = 0.3
     reset_pendulum_damping_v_s_per_rad: float = 0.15
-    reset_ki_v_per_rad_s: float = 20.0
+    reset_ki_v_per_rad_s: float = 5.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -5,6 +5,12 @@
 One run of :func:`rip_control.adapt.adapt` (its summary is the record): the deployment
 balance before and after, the rig time it took and the wall time, the identification, the
 re-training, the guard's verdict on the re-trained policy and on the fine-tune's.
+
+``--arm plain`` is the fine-tune without adapting, for the side-by-side table
+(``table adapt-vs-plain``): the same deployments before and after, the same rig-time budget
+and seed, and between them only the guarded SAC fine-tune from the shipped policy
+(``rip_control.finetune``'s, in the same budgeted chunks), no excitation, identification or
+re-training.
 """
 
 from __future__ import annotations
@@ -27,6 +33,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument('--rig-minutes', type=float, default=10.0)
     ap.add_argument('--retrain-minutes', type=float, default=12.0)
     ap.add_argument('--runs-dir', default='', help='default: a temporary folder')
+    ap.add_argument(
+        '--arm',
+        choices=('adapt', 'plain'),
+        default='adapt',
+        help='adapt (the loop) or plain (the guarded fine-tune alone, same budget)',
+    )
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
@@ -39,11 +51,56 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     runner = {
         'rig_params': a.rig,
         'seed': str(a.seed),
-        'run_name': f'{Path(a.rig).stem}_seed{a.seed}',
+        'run_name': f'{Path(a.rig).stem}_seed{a.seed}' + ('_plain' if a.arm == 'plain' else ''),
         'runs_dir': runs,
     }
-    summary = adapt(own, runner, stream=False)
-    return {'benchmark': NAME, 'rig': a.rig, 'seed': a.seed, **summary}
+    summary = adapt(own, runner, stream=False) if a.arm == 'adapt' else plain(own, runner)
+    return {'benchmark': NAME, 'arm': a.arm, 'rig': a.rig, 'seed': a.seed, **summary}
+
+
+def plain(own: dict[str, Any], runner: dict[str, str]) -> dict[str, Any]:
+    """The plain arm: deploy the shipped policy, fine-tune it on the rig, deploy the result.
+
+    :func:`rip_control.adapt.adapt`'s deployments and fine-tune, with nothing between them.
+    """
+    import time
+
+    from rip_control.adapt import PHASES, Adapt, balances, emulated_rig, finetune_within_budget
+    from rip_control.finetune import run as finetune_run
+    from rip_control.run.launching import resolve_auto_policy, shipped_policy
+
+    loop = Adapt(own, runner, stream=False)
+    loop.run_dir.mkdir(parents=True, exist_ok=True)
+    budget_s = 60.0 * own['rig_minutes']
+    prior = shipped_policy(loop.rate)
+    with emulated_rig(loop):
+        base = loop.deploy(PHASES[0], prior, excitation=False)
+        fine = finetune_within_budget(loop, budget_s, prior, finetune_run)
+        final = base
+        if fine:
+            best = resolve_auto_policy(loop.run_dir / PHASES[3], loop.rate, True)
+            final = loop.deploy(PHASES[4], best, excitation=False)
+    before, after = balances(base), balances(final)
+    return {
+        'rig_seconds': loop.rig_s,
+        'rig_budget_s': budget_s,
+        'wall_seconds': time.monotonic() - loop.t0,
+        'finetune': {
+            'episodes': fine.get('episodes'),
+            'evaluations': fine.get('evaluations', []),
+            'live_policy_version': fine.get('live_policy_version'),
+        },
+        'deployment': {
+            'episodes': own['deployment_episodes'],
+            'episode_seconds': own['deployment_episode_seconds'],
+            'prior_balance_s': float(np.mean(before)),
+            'adapted_balance_s': float(np.mean(after)),
+            'prior_episodes_s': before,
+            'adapted_episodes_s': after,
+        },
+        'phases': loop.phases,
+        'curve': [{'rig_s': r, 'balance_s': b, 'what': w} for r, b, w in loop.curve],
+    }
 
 
 def adapt_table(docs: list[dict[str, Any]]) -> str:
@@ -79,4 +136,23 @@ def adapt_table(docs: list[dict[str, Any]]) -> str:
     return '\n'.join(rows)
 
 
-TABLES = {NAME: adapt_table}
+def adapt_vs_plain_table(docs: list[dict[str, Any]]) -> str:
+    """Markdown: per rig and seed, the plain fine-tune's row and adapt's, same rig-time budget."""
+    rows = [
+        '| rig | seed | arm | rig time (budget) | balance before → after (per episode after) '
+        '| commit |',
+        '|---|---|---|---|---|---|',
+    ]
+    for d in sorted(docs, key=lambda d: (d['rig'], d['seed'], d.get('arm', 'adapt') != 'plain')):
+        dep = d['deployment']
+        after = ', '.join(f'{b:.1f}' for b in dep['adapted_episodes_s'])
+        rows.append(
+            f'| {Path(d["rig"]).stem} | {d["seed"]} | {d.get("arm", "adapt")} | '
+            f'{d["rig_seconds"] / 60:.1f} min ({d["rig_budget_s"] / 60:.0f} min) | '
+            f'{dep["prior_balance_s"]:.2f} s → {dep["adapted_balance_s"]:.2f} s ({after}) | '
+            f'{str(d.get("commit", ""))[:7]} |'
+        )
+    return '\n'.join(rows)
+
+
+TABLES = {NAME: adapt_table, 'adapt-vs-plain': adapt_vs_plain_table}

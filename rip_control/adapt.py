@@ -38,6 +38,8 @@ balance against the rig time.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+import contextlib
 import json
 import math
 import os
@@ -93,7 +95,8 @@ def _rig_seconds(run: dict[str, Any], rate_hz: float) -> float:
     return float(ticks + 1) / rate_hz if ticks is not None else math.nan
 
 
-def _balances(report: dict[str, Any]) -> list[float]:
+def balances(report: dict[str, Any]) -> list[float]:
+    """Each episode's longest balance, s, of an evaluation report."""
     return [float(e['longest_balance_s']) for e in report['episodes']]
 
 
@@ -177,10 +180,10 @@ class Adapt:
         if excitation:
             args['excitation_episodes'] = '1'
         report = self.phase(name, args, lambda a: _with_run(evaluate(a, stream_logs=self.stream)))
-        balances = _balances(report)
-        mean = _mean(balances)
+        each = balances(report)
+        mean = _mean(each)
         self.curve.append((self.rig_s, mean, name))
-        self.log(f'{name}: balance {mean:.2f} s mean over {len(balances)} episodes')
+        self.log(f'{name}: balance {mean:.2f} s mean over {len(each)} episodes')
         return report
 
 
@@ -204,7 +207,7 @@ def _judge(a: Adapt, prior: dict[str, Any], candidate: dict[str, Any]) -> Any:
     )
 
     def scores(report: dict[str, Any]) -> tuple[float, float]:
-        return _mean([float(e['ret']) for e in report['episodes']]), _mean(_balances(report))
+        return _mean([float(e['ret']) for e in report['episodes']]), _mean(balances(report))
 
     before, after = _Version(0), _Version(1)
     gate.start(before)
@@ -231,30 +234,40 @@ def _with_run(report: dict[str, Any]) -> dict[str, Any]:
 def adapt(own: dict[str, Any], runner: dict[str, str], stream: bool = True) -> dict[str, Any]:
     """Run the loop (see the module docstring); return the summary written beside it."""
     from rip_control.finetune import run as finetune_run
-    from rip_control.rig.emulator_process import EmulatorProcess
     from rip_control.run.launching import resolve_auto_policy, shipped_policy
 
     a = Adapt(own, runner, stream)
     budget_s = 60.0 * own['rig_minutes']
     a.run_dir.mkdir(parents=True, exist_ok=True)
     prior = Path(runner['policy']) if runner.get('policy') else shipped_policy(a.rate)
-    emulator = None
-    if not runner.get('serial_port'):
-        # One emulated rig for every phase, as a physical rig would be: its physics file is
-        # read by the emulator, once, and by nothing else.
-        link = Path(tempfile.gettempdir()) / f'rip_adapt_{os.getpid()}'
-        emu_args = ['--events', '--stop-grace-ms', '500', '--seed', str(a.seed)]
-        if runner.get('rig_params'):
-            emu_args += ['--params', runner['rig_params']]
-        emulator = EmulatorProcess(link, emu_args).start()
-        a.runner = {k: v for k, v in runner.items() if k != 'rig_params'}
+    with emulated_rig(a):
+        return _loop(a, own, prior, budget_s, finetune_run, resolve_auto_policy)
+
+
+@contextlib.contextmanager
+def emulated_rig(a: Adapt) -> Iterator[None]:
+    """One emulated rig for every phase (when no ``serial_port`` is given), as a physical rig.
+
+    Its physics file is read by the emulator, once, and by nothing else: ``rig_params`` is
+    taken out of the runner's arguments, which name the emulator's link instead.
+    """
+    from rip_control.rig.emulator_process import EmulatorProcess
+
+    if a.runner.get('serial_port'):
+        yield
+        return
+    link = Path(tempfile.gettempdir()) / f'rip_adapt_{os.getpid()}'
+    emu_args = ['--events', '--stop-grace-ms', '500', '--seed', str(a.seed)]
+    if a.runner.get('rig_params'):
+        emu_args += ['--params', a.runner['rig_params']]
+    emulator = EmulatorProcess(link, emu_args).start()
+    try:
+        a.runner = {k: v for k, v in a.runner.items() if k != 'rig_params'}
         a.runner['serial_port'] = str(link)
         a.log(f'emulated rig: {emulator.ready_line}')
-    try:
-        return _loop(a, own, prior, budget_s, finetune_run, resolve_auto_policy)
+        yield
     finally:
-        if emulator is not None:
-            emulator.stop()
+        emulator.stop()
 
 
 def _loop(
@@ -272,7 +285,7 @@ def _loop(
     a.log(f'{a.run_dir}: policy {prior}, rig-time budget {budget_s:.0f} s')
     # 1. baseline deployment, after the excitation
     base = a.deploy(PHASES[0], prior, excitation=not own['identification'])
-    prior_balances = _balances(base)
+    prior_balances = balances(base)
     # 2. identification, from the transitions alone
     identified = a.run_dir / run_files.IDENTIFIED_RIG
     ident_summary: dict[str, Any] = {}
@@ -330,14 +343,14 @@ def _loop(
     )
     start = candidate if verdict.kind == 'promoted' else prior
     # 5. fine-tune on the rig from it, the guard on
-    fine = _finetune(a, budget_s, start, finetune_run)
+    fine = finetune_within_budget(a, budget_s, start, finetune_run)
     if fine:
         # 6. the deployment of what the fine-tune's guard kept
         deployed = resolve_auto_policy(a.run_dir / PHASES[3], a.rate, True)
         final = a.deploy(PHASES[4], deployed, excitation=False)
     else:  # not one episode fitted: what goes on is deployed and measured already
         deployed, final = start, (judged if start == candidate else base)
-    adapted = _balances(final)
+    adapted = balances(final)
     summary = {
         'command': 'python -m rip_control.adapt',
         'options': own,
@@ -363,8 +376,8 @@ def _loop(
             'policy_version': live.version + 1,
             'verdict': verdict.kind,
             'reason': verdict.reason,
-            'balance_s': _mean(_balances(judged)),
-            'episodes_s': _balances(judged),
+            'balance_s': _mean(balances(judged)),
+            'episodes_s': balances(judged),
         },
         'finetune': {
             'start': 'candidate' if start == candidate else 'prior',
@@ -396,7 +409,9 @@ def _loop(
     return summary
 
 
-def _finetune(a: Adapt, budget_s: float, start: Path, finetune_run: Any) -> dict[str, Any]:
+def finetune_within_budget(
+    a: Adapt, budget_s: float, start: Path, finetune_run: Any
+) -> dict[str, Any]:
     """Fine-tune on the rig in chunks until the rig-time budget is spent.
 
     The budget less what the final deployment will take (``RESERVE_FACTOR`` times the

@@ -35,6 +35,7 @@ setup(
             'control_node = rip_control.ros.control_node:main',
             'learner_node = rip_learner.learner_node:main',
             'finetune = rip_control.finetune:main',
+            'adapt = rip_control.adapt:main',
             'finetune_supervisor = rip_control.run.supervisor:main',
             'evaluate = rip_control.evaluate:main',
             'record = rip_control.record:main',

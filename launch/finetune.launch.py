@@ -22,6 +22,10 @@ learner saves its buffer on the way out); a failure ends it with a non-zero stat
 stops every process at once: each control node disengages on its own signal, the learner
 saves, and the emulators wait (``--stop-grace-ms``) for the host's disengage before powering
 down. The operator's stop button: ``ros2 lifecycle set /rip_control deactivate``.
+
+``adapt:=true`` runs :mod:`rip_control.adapt`'s loop instead (identify, re-train in
+simulation, fine-tune; each phase starts its own nodes), with every typed argument, adapt's
+options (``rig_minutes:=``...) among them; its exit ends the launch.
 """
 
 from launch import LaunchDescription
@@ -39,6 +43,8 @@ from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackagePrefix
 
+from rip_control.adapt import LAUNCH_SWITCH, launch_argv
+from rip_control.adapt import OPTIONS as ADAPT_OPTIONS
 from rip_control.run.launching import LAUNCH_ARGUMENTS, plan
 
 
@@ -82,9 +88,32 @@ def _supervisor_exited(event, context):
     return [EmitEvent(event=Shutdown(reason='fine-tune done'))]
 
 
+def _adapt_exited(event, context):
+    """The loop is over: end the launch (exit 0), or fail it naming the status."""
+    if event.returncode != 0 and not context.is_shutdown:
+        raise RuntimeError(f'the adapt loop failed (exit status {event.returncode})')
+    return [EmitEvent(event=Shutdown(reason='adapt done'))]
+
+
+def _adapt_actions(args):
+    """``adapt:=true``: the loop's one process (it starts each phase's nodes itself)."""
+    loop = ExecuteProcess(
+        cmd=[[FindPackagePrefix('rip_control'), '/lib/rip_control/adapt'], *args],
+        name='adapt',
+        output='screen',
+    )
+    return [loop, RegisterEventHandler(OnProcessExit(target_action=loop, on_exit=_adapt_exited))]
+
+
 def _actions(context):
     """The plan's processes as launch actions, started in the runner's order."""
     given = {a.name: LaunchConfiguration(a.name).perform(context) for a in LAUNCH_ARGUMENTS}
+    own = {p.name: LaunchConfiguration(p.name).perform(context) for p in ADAPT_OPTIONS}
+    if LAUNCH_SWITCH.convert(LaunchConfiguration(LAUNCH_SWITCH.name).perform(context), None):
+        return _adapt_actions(launch_argv(given, own))  # bad arguments raise here
+    typed = [f'{name}:={value}' for name, value in own.items() if value != '']
+    if typed:
+        raise ValueError(f'{", ".join(typed)}: options of the adapt loop; add adapt:=true')
     specs, values = plan(given)  # a bad argument raises here, before any process starts
     emulators, learners, controls = [], [], []
     for spec in specs:
@@ -157,5 +186,16 @@ def generate_launch_description():
     declared = [
         DeclareLaunchArgument(a.name, default_value=a.default, description=a.description)
         for a in LAUNCH_ARGUMENTS
+    ]
+    declared.append(
+        DeclareLaunchArgument(
+            LAUNCH_SWITCH.name, default_value='false', description=LAUNCH_SWITCH.description
+        )
+    )
+    declared += [
+        DeclareLaunchArgument(
+            p.name, default_value='', description=f'adapt:=true: {p.description} ({p.default})'
+        )
+        for p in ADAPT_OPTIONS
     ]
     return LaunchDescription([*declared, OpaqueFunction(function=_actions)])

@@ -4,7 +4,8 @@
 run_name:=stuck``
 
 It takes the fine-tune runner's ``name:=value`` arguments (:mod:`rip_control.finetune`) and
-its own (``--help`` lists both). Each phase's folder is under ``runs/<run_name>/``:
+its own (``--help`` lists both); ``ros2 launch rip_control finetune.launch.py adapt:=true
+...`` runs it with the same arguments. Each phase's folder is under ``runs/<run_name>/``:
 
 1. ``0_baseline``, on the rig: the current policy's deployment (``deployment_episodes``
    deterministic episodes of ``deployment_episode_seconds`` from hanging), after the
@@ -72,6 +73,13 @@ OPTIONS = (
         'identified_rig.yaml); empty: identify from the excitation and the deployment',
     ),
 )
+LAUNCH_SWITCH = Param(
+    'adapt',
+    False,
+    'run this loop (rip_control.adapt: identify, re-train in simulation, fine-tune) instead of '
+    "one fine-tune; adapt's options are launch arguments then",
+)
+"""``finetune.launch.py``'s argument that runs the loop under ``ros2 launch``."""
 RUNNER_DEFAULTS = {'run_name': 'adapt'}
 PHASES = ('0_baseline', '1_sim_retrain', '2_candidate', '3_finetune', '4_deployment')
 SUMMARY = 'adapt_summary.json'
@@ -89,6 +97,25 @@ def split_arguments(argv: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     return own, {**RUNNER_DEFAULTS, **given}
 
 
+def launch_argv(runner_given: dict[str, str], own_given: dict[str, str]) -> list[str]:
+    """The ``adapt`` command's arguments from ``finetune.launch.py``'s values (``adapt:=true``).
+
+    Every argument the user typed (a value other than the launch file's default), the
+    runner's and adapt's own. A bad one is refused here, naming it, before any process starts.
+    """
+    from rip_control.run.launching import LAUNCH_ARGUMENT_BY_NAME, node_parameters
+
+    argv = [
+        f'{name}:={value}'
+        for name, value in runner_given.items()
+        if value != LAUNCH_ARGUMENT_BY_NAME[name].default
+    ]
+    argv += [f'{name}:={value}' for name, value in own_given.items() if value != '']
+    _, runner = split_arguments(argv)
+    node_parameters(runner)  # every runner argument typed and range-checked, the file too
+    return argv
+
+
 def _rig_seconds(run: dict[str, Any], rate_hz: float) -> float:
     """The rig time of one runner phase: every tick the control loop ran (resets included)."""
     ticks = (run.get('ticks') or {}).get('n_ticks')
@@ -103,8 +130,9 @@ def balances(report: dict[str, Any]) -> list[float]:
 def _versioned(src: Path, dst_dir: Path, version: int, rate_hz: float) -> Path:
     """The candidate's actor and critics copied to ``dst_dir`` under ``version``.
 
-    Newer than the live policy's, so that the control node takes it as a candidate; its
-    prior data (the identified simulation's) beside it, where the learner looks.
+    Newer than the prior's, so that ``timing.csv`` and the guard's evaluations tell which of
+    the two drove, and a fine-tune from it numbers its updates past both; its prior data (the
+    identified simulation's) beside it, where the learner looks.
     """
     from safetensors.numpy import load, save
 

@@ -43,3 +43,20 @@ def test_the_retrained_policy_is_judged_by_the_guards_rule_on_the_deployments_me
     # A return as high but a balance far shorter (eval_balance_margin 25 %): rejected.
     hover = _judge(loop, prior, _report([336.0, 336.0], [0.2, 0.2]))
     assert hover.kind == 'rejected' and 'balance' in hover.reason
+
+
+def test_the_launch_passes_on_what_was_typed_and_refuses_a_bad_value_by_name() -> None:
+    from rip_control.adapt import OPTIONS, launch_argv
+    from rip_control.run.launching import LAUNCH_ARGUMENTS
+
+    untyped = {a.name: a.default for a in LAUNCH_ARGUMENTS}  # what the launch file declares
+    own = {p.name: '' for p in OPTIONS}
+    assert launch_argv(untyped, own) == []
+    typed = launch_argv({**untyped, 'run_name': 'stuck'}, {**own, 'rig_minutes': '10'})
+    assert typed == ['run_name:=stuck', 'rig_minutes:=10']
+    with pytest.raises(ValueError, match='rig_minutes:=ten'):
+        launch_argv(untyped, {**own, 'rig_minutes': 'ten'})
+    with pytest.raises(ValueError, match='rig_minutes:=0'):  # below its range
+        launch_argv(untyped, {**own, 'rig_minutes': '0'})
+    with pytest.raises(ValueError, match='rate:=fast'):
+        launch_argv({**untyped, 'rate': 'fast'}, own)

@@ -143,35 +143,6 @@ def test_a_harmful_update_never_drives_the_rig(tmp_path):
     assert sum(',evaluation,' in r for r in rows) == len(evals)
 
 
-def test_a_candidate_the_learner_starts_from_drives_only_if_the_guard_promotes_it(tmp_path):
-    """A bad candidate the learner starts from never drives a training episode.
-
-    candidate:= (what rip_control.adapt passes: the policy re-trained at an identified rig)
-    starts the learner while the node keeps its own policy live. A bad one (a random actor,
-    as a wrong identification could yield) goes live only if the guard promotes it.
-    """
-    from rip_control.policy import encode_actor, random_actor
-
-    # Version 1000: a learner that ignored the candidate and started from v1 could not reach it
-    # in three episodes, so versions above it show the candidate was loaded.
-    bad = random_actor(OBS_SIZE, ACTION_SIZE, (64, 64), 50.0, seed=3, version=1000)
-    candidate = tmp_path / 'candidate' / 'policy.safetensors'
-    candidate.parent.mkdir()
-    candidate.write_bytes(encode_actor(bad.meta, bad.tensors))
-    params = _params_file(tmp_path, control={'eval_every_episodes': 1})
-    proc, s = _finetune(tmp_path, 'episodes:=3', f'candidate:={candidate}', params=params)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    evals = s['evaluations']
-    baseline = evals[0]
-    assert baseline['verdict'] == 'baseline' and baseline['policy_version'] == 1
-    # The learner started from the candidate: what it publishes continues its version.
-    candidates = [e for e in evals[1:] if e['policy_version'] > baseline['policy_version']]
-    assert candidates and min(e['policy_version'] for e in candidates) > bad.version, evals
-    assert all(e['verdict'] == 'rejected' for e in candidates), evals
-    assert set(s['policy_versions']) == {1}  # every training episode: the node's own policy
-    assert s['live_policy_version'] == 1
-
-
 def test_finetune_refuses_bad_arguments_clearly(tmp_path):
     proc = subprocess.run(
         [sys.executable, '-m', 'rip_control.finetune', 'rat:=50'],

@@ -9,6 +9,7 @@ naming what is missing.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 import re
@@ -355,5 +356,80 @@ def test_an_operators_deactivate_ends_the_launch_as_a_stop_motor_off_buffer_save
     published, unmatched, received = _published(launch)
     assert unmatched == 0 and received == published > 0
     assert _buffer_count(tmp_path / 'runs' / 'default' / 'replay_buffer.safetensors') == published
+    for pid in launch.pids():
+        assert not _alive(pid), f'process {pid} outlived the launch'
+
+
+def test_an_adapt_option_without_adapt_true_is_refused_by_name(install_prefix, tmp_path):
+    launch = Launch(install_prefix, tmp_path, ['rig_minutes:=10', 'episodes:=1'])
+    assert launch.wait(60) != 0
+    launch.wait_for(r'rig_minutes:=10: options of the adapt loop; add adapt:=true', 1)
+    assert launch.pids() == [], launch.text()  # refused before any process started
+
+
+README_ADAPT_LAUNCH = (
+    'ros2 launch rip_control finetune.launch.py adapt:=true rig_minutes:=10 run_name:=adapted'
+)
+
+
+@pytest.mark.readme(README_ADAPT_LAUNCH)
+def test_adapt_under_launch_keeps_a_wrong_identifications_policy_off_the_rig(
+    install_prefix, tmp_path
+):
+    """``adapt:=true`` runs the loop; a re-training at a wrong identification never drives.
+
+    The identification given says the nominal rig's motor winding has a quarter of its
+    resistance (four times the torque per volt). The policy re-trained at it (5000 steps,
+    seed 0) learns to push a quarter as hard and cannot swing the real rig's pendulum up (it
+    balances 0.0 s where the prior balances 9.3 s, in simulation). Deployed on the rig it is
+    judged by the guard's rule, rejected, and the fine-tune goes on from the prior: the
+    re-trained policy's version never drives a training episode, and the result is the
+    prior's.
+    """
+    import csv
+
+    import yaml
+
+    wrong = yaml.safe_load((REPO / 'config' / 'rig_qube_servo2.yaml').read_text())
+    wrong['rig']['motor_resistance_ohm'] /= 4.0
+    (tmp_path / 'wrong.yaml').write_text(yaml.safe_dump(wrong))
+    launch = Launch(
+        install_prefix,
+        tmp_path,
+        # The README's command as it spells it, then shortened (a later value wins).
+        README_ADAPT_LAUNCH.split()[4:]
+        + [
+            f'identification:={tmp_path / "wrong.yaml"}',
+            'retrain_steps:=5000',
+            'rig_minutes:=0.8',
+            'deployment_episodes:=1',
+            'deployment_episode_seconds:=4',
+            'episode_seconds:=3',
+        ],
+    )
+    assert launch.wait(300) == 0, launch.text()
+    out = tmp_path / 'runs' / 'adapted'
+    s = json.loads((out / 'adapt_summary.json').read_text())
+    cand = s['candidate']
+    assert cand['verdict'] == 'rejected', cand
+    assert cand['balance_s'] < 1.0 < s['deployment']['prior_balance_s'], s['deployment']
+    assert s['finetune']['start'] == 'prior' and s['finetune']['episodes'] >= 1, s['finetune']
+    launch.wait_for(r'\[adapt-\d+\] adapt: 2_candidate: rejected .* from the prior policy', 1)
+
+    def rows(phase: str) -> list[dict[str, str]]:
+        with (out / phase / 'timing.csv').open(newline='') as f:
+            return list(csv.DictReader(f))
+
+    # The re-trained policy drove its judged deployment; the fine-tune started from the
+    # prior (the guard's baseline evaluation and the first training episode drove it).
+    prior_version = cand['policy_version'] - 1
+    assert {r['live_version'] for r in rows('2_candidate')} == {str(cand['policy_version'])}
+    first = rows('3_finetune')[:2]
+    assert [(r['kind'], r['verdict']) for r in first] == [
+        ('evaluation', 'baseline'),
+        ('training', ''),
+    ]
+    assert [r['live_version'] for r in first] == [str(prior_version)] * 2, first
+    assert s['deployed_policy'] != str(out / 'candidate' / 'policy.safetensors')
     for pid in launch.pids():
         assert not _alive(pid), f'process {pid} outlived the launch'

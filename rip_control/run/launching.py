@@ -172,13 +172,6 @@ LAUNCH_ARGUMENTS = (
         ((CONTROL, 'policy'), (LEARNER, 'policy')),
     ),
     LaunchArgument(
-        'candidate',
-        'a policy the learner starts from (its critics and prior data beside it) while the '
-        'control node starts with policy: published first, it drives only once the regression '
-        "guard promotes it (rip_control.adapt's re-trained policy); empty: policy",
-        kind=Param('candidate', '', '.safetensors file'),
-    ),
-    LaunchArgument(
         'excitation_episodes',
         'excitation episodes (for rip_learner.identify) before the first training episode',
         ((CONTROL, 'excitation_episodes'),),
@@ -372,10 +365,6 @@ def plan(
     elif not control.get('policy') and not control.get('allow_random_policy'):
         control['policy'] = str(shipped_policy(rate_hz))
     learner['policy'] = control['policy']
-    if values['candidate']:
-        if not learn:
-            raise ValueError('candidate:= needs a learner (it is what the learner starts from)')
-        learner['policy'] = str(values['candidate'])
     preflight(control, learner, values, ports, learn)
     if learn:  # refused here, before anything starts, as the learner itself would refuse it
         from rip_learner.buffer_store import check_run_dir_is_free
@@ -498,8 +487,6 @@ def preflight(
             f'{float(learner["rate_hz"]):g} Hz; set both with rate:=R'
         )
     checked = [('policy', control.get('policy'))]
-    if values.get('candidate'):
-        checked.append(('candidate', values['candidate']))
     for name, path in checked:
         if not path:
             continue

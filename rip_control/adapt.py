@@ -117,9 +117,15 @@ def launch_argv(runner_given: dict[str, str], own_given: dict[str, str]) -> list
 
 
 def _rig_seconds(run: dict[str, Any], rate_hz: float) -> float:
-    """The rig time of one runner phase: every tick the control loop ran (resets included)."""
-    ticks = (run.get('ticks') or {}).get('n_ticks')
-    return float(ticks + 1) / rate_hz if ticks is not None else math.nan
+    """The rig time of one runner phase: every tick the control loop ran (resets included).
+
+    Over every activation: a timing violation or a serial stall re-activates the rig, and the
+    tick trace is the last activation's.
+    """
+    ticks = run.get('ticks') or {}
+    if ticks.get('n_ticks') is None:
+        return math.nan
+    return float(ticks['n_ticks'] + 1 + ticks.get('n_ticks_earlier_activations', 0)) / rate_hz
 
 
 def balances(report: dict[str, Any]) -> list[float]:
@@ -130,9 +136,8 @@ def balances(report: dict[str, Any]) -> list[float]:
 def _versioned(src: Path, dst_dir: Path, version: int, rate_hz: float) -> Path:
     """The candidate's actor and critics copied to ``dst_dir`` under ``version``.
 
-    Newer than the prior's, so that ``timing.csv`` and the guard's evaluations tell which of
-    the two drove, and a fine-tune from it numbers its updates past both; its prior data (the
-    identified simulation's) beside it, where the learner looks.
+    ``VERSION_GAP`` above the prior's; its prior data (the identified simulation's) beside it,
+    where the learner looks.
     """
     from safetensors.numpy import load, save
 
@@ -359,7 +364,7 @@ def _loop(
     # 4. the candidate on the rig, judged by the guard's rule against the prior's deployment
     live = load_actor_file(prior, rate_hz=a.rate, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
     candidate = _versioned(
-        retrain_dir / run_files.POLICY, a.run_dir / 'candidate', live.version + 1, a.rate
+        retrain_dir / run_files.POLICY, a.run_dir / 'candidate', live.version + VERSION_GAP, a.rate
     )
     judged = a.deploy(PHASES[2], candidate, excitation=False)
     verdict = _judge(a, base, judged)
@@ -401,7 +406,7 @@ def _loop(
             'best': retrain['best'],
         },
         'candidate': {
-            'policy_version': live.version + 1,
+            'policy_version': live.version + VERSION_GAP,
             'verdict': verdict.kind,
             'reason': verdict.reason,
             'balance_s': _mean(balances(judged)),
@@ -482,7 +487,9 @@ def finetune_within_budget(
         for e in fine.get('evaluations', []):
             a.log(f'fine-tune: evaluation of v{e.get("policy_version")}: {e.get("verdict")}')
         ran = int(fine.get('episodes') or episodes) + len(fine.get('evaluations', []))
-        per_episode = (a.rig_s - before) / max(1, ran)
+        # The dearest chunk's cost an episode: resets vary (a swinging pendulum settles slowly).
+        cost = (a.rig_s - before) / max(1, ran)
+        per_episode = cost if chunk == 0 else max(per_episode, cost)
         args = {'policy': 'auto', 'resume_buffer': 'auto'}
         chunk += 1
     if fine:
@@ -490,6 +497,10 @@ def finetune_within_budget(
     return fine
 
 
+VERSION_GAP = 1000
+"""The re-trained policy's version over the prior's: above any version a fine-tune from the
+prior publishes, so ``timing.csv`` and the guard's evaluations tell which one a policy came
+from."""
 FIRST_CHUNK = 2  # training episodes of the first fine-tune chunk (it measures their cost)
 RESERVE_FACTOR = 1.1  # the final deployment's rig time, over the candidate's deployment's
 

@@ -62,7 +62,7 @@ class EpisodeTiming:
     policy_version: int
     kind: str = 'training'  # one of EPISODE_KINDS
     verdict: str = ''  # of an evaluation: baseline, promoted, rejected
-    live_version: int = -1  # the guard's live policy after the episode (-1: guard off)
+    live_version: int = -1  # the live policy after the episode (guard off: the first)
 
 
 class TimingCsv:

@@ -46,7 +46,7 @@ def test_the_retrained_policy_is_judged_by_the_guards_rule_on_the_deployments_me
 
 
 def test_the_launch_passes_on_what_was_typed_and_refuses_a_bad_value_by_name() -> None:
-    from rip_control.adapt import OPTIONS, launch_argv
+    from rip_control.adapt import OPTIONS, launch_argv, split_arguments
     from rip_control.run.launching import LAUNCH_ARGUMENTS
 
     untyped = {a.name: a.default for a in LAUNCH_ARGUMENTS}  # what the launch file declares
@@ -54,6 +54,9 @@ def test_the_launch_passes_on_what_was_typed_and_refuses_a_bad_value_by_name() -
     assert launch_argv(untyped, own) == []
     typed = launch_argv({**untyped, 'run_name': 'stuck'}, {**own, 'rig_minutes': '10'})
     assert typed == ['run_name:=stuck', 'rig_minutes:=10']
+    own_typed, runner = split_arguments(typed)  # what the launched loop makes of them
+    assert own_typed == {**{p.name: p.default for p in OPTIONS}, 'rig_minutes': 10.0}
+    assert runner == {'run_name': 'stuck'}
     with pytest.raises(ValueError, match='rig_minutes:=ten'):
         launch_argv(untyped, {**own, 'rig_minutes': 'ten'})
     with pytest.raises(ValueError, match='rig_minutes:=0'):  # below its range

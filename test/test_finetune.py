@@ -62,6 +62,22 @@ def _finetune(tmp_path, *extra, params=None):
     return proc, summary
 
 
+def test_the_tick_count_of_a_run_covers_the_activations_a_trip_ended(tmp_path):
+    """What rip_control.adapt counts as rig time: every activation's ticks, not the last's.
+
+    Every tick is stretched by 26 ms from each activation's 50th on, so the watchdog trips
+    each activation a few ticks later; the runner re-activates twice and then gives up. The
+    tick trace is the last activation's; the two before it are counted beside it.
+    """
+    params = _params_file(tmp_path, control={'fault_tick_delay_ms': 26, 'fault_after_ticks': 50})
+    proc, s = _finetune(tmp_path, 'episodes:=2', 'violation_restarts:=2', params=params)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert s['violation_restarts'] == 2, s
+    ticks = s['ticks']
+    assert 50 < ticks['n_ticks'] < 60, ticks
+    assert 2 * 50 < ticks['n_ticks_earlier_activations'] < 2 * 60, ticks
+
+
 def test_v4_short_finetune_holds_rate_learns_and_resumes(tmp_path):
     proc, s = _finetune(tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -139,6 +139,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _processes_in(folder: Path) -> list[str]:
+    """Command lines of the processes whose working directory is ``folder``."""
+    out = []
+    for proc in Path('/proc').glob('[0-9]*'):
+        try:
+            if Path(os.readlink(proc / 'cwd')) == folder:
+                out.append((proc / 'cmdline').read_bytes().replace(b'\0', b' ').decode())
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+    return out
+
+
 def _published(launch: Launch) -> tuple[int, int, int]:
     line = launch.wait_for(r'transitions published \d+', 1)
     m = re.search(r'published (\d+), unmatched (\d+), received by the learner (\d+)', line)
@@ -388,7 +400,11 @@ def test_adapt_under_launch_keeps_a_wrong_identifications_policy_off_the_rig(
     """
     import csv
 
+    import numpy as np
+    from safetensors.numpy import load_file
     import yaml
+
+    from rip_control.adapt import VERSION_GAP
 
     wrong = yaml.safe_load((REPO / 'config' / 'rig_qube_servo2.yaml').read_text())
     wrong['rig']['motor_resistance_ohm'] /= 4.0
@@ -401,7 +417,7 @@ def test_adapt_under_launch_keeps_a_wrong_identifications_policy_off_the_rig(
         + [
             f'identification:={tmp_path / "wrong.yaml"}',
             'retrain_steps:=5000',
-            'rig_minutes:=0.8',
+            'rig_minutes:=0.6',
             'deployment_episodes:=1',
             'deployment_episode_seconds:=4',
             'episode_seconds:=3',
@@ -420,16 +436,31 @@ def test_adapt_under_launch_keeps_a_wrong_identifications_policy_off_the_rig(
         with (out / phase / 'timing.csv').open(newline='') as f:
             return list(csv.DictReader(f))
 
-    # The re-trained policy drove its judged deployment; the fine-tune started from the
-    # prior (the guard's baseline evaluation and the first training episode drove it).
-    prior_version = cand['policy_version'] - 1
-    assert {r['live_version'] for r in rows('2_candidate')} == {str(cand['policy_version'])}
-    first = rows('3_finetune')[:2]
-    assert [(r['kind'], r['verdict']) for r in first] == [
+    # The options reached the loop as typed on the launch line.
+    assert {k: s['options'][k] for k in ('identification', 'retrain_steps', 'rig_minutes')} == {
+        'identification': str(tmp_path / 'wrong.yaml'),
+        'retrain_steps': 5000,
+        'rig_minutes': 0.6,
+    }
+    # The re-trained policy drove its judged deployment, and only that: the fine-tune started
+    # from the prior (the guard's baseline evaluation and the first training episode drove
+    # it), and nothing it made came from the re-trained policy (whose version is above any
+    # the prior's learner publishes).
+    prior_version = cand['policy_version'] - VERSION_GAP
+    assert {r['policy_version'] for r in rows('2_candidate')} == {str(cand['policy_version'])}
+    fine = rows('3_finetune')
+    assert [(r['kind'], r['verdict']) for r in fine[:2]] == [
         ('evaluation', 'baseline'),
         ('training', ''),
     ]
-    assert [r['live_version'] for r in first] == [str(prior_version)] * 2, first
-    assert s['deployed_policy'] != str(out / 'candidate' / 'policy.safetensors')
-    for pid in launch.pids():
-        assert not _alive(pid), f'process {pid} outlived the launch'
+    assert [r['live_version'] for r in fine[:2]] == [str(prior_version)] * 2, fine
+    assert all(
+        int(r[col]) < cand['policy_version']
+        for r in fine
+        for col in ('policy_version', 'live_version')
+    ), fine
+    deployed = load_file(tmp_path / s['deployed_policy'])  # relative: to the launch's folder
+    candidate = load_file(out / 'candidate' / 'policy.safetensors')
+    assert any(not np.array_equal(deployed[k], candidate[k]) for k in candidate)
+    # Nothing the loop started outlived the launch (each phase's nodes run in this folder).
+    assert _processes_in(tmp_path) == [], launch.text()

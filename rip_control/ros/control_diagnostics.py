@@ -66,6 +66,7 @@ class TickRate:
 def _loop_values(st: RtStatus, rate: float) -> dict[str, Any]:
     return {
         'tick_rate_hz': rate,
+        'ticks': st.ticks,  # since the activation
         'dt_mean_ms': st.dt_mean_s * 1e3,
         'dt_std_ms': st.dt_std_s * 1e3,
         'max_overrun_ms': st.max_overrun_s * 1e3,

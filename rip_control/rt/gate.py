@@ -144,7 +144,7 @@ class PolicyGate(Generic[A]):
 
     @property
     def live_version(self) -> int:
-        """The live actor's version (-1 before the first episode, or with the guard off)."""
+        """The live actor's version (-1 before :meth:`start`)."""
         return self.live.version if self.live is not None else -1
 
     def bar(self) -> float:

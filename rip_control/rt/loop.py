@@ -214,7 +214,8 @@ class EpisodeSummary:
     ``eval_bar`` and ``eval_balance_bar_s`` are what an evaluated candidate had to reach, and
     ``eval_missed`` which of them a rejected one missed (``return`` or ``balance``);
     ``live_version``, ``best_version``, ``best_score`` and ``balance_reference_s`` are the
-    guard's state after it (-1 and NaN with the guard off).
+    guard's state after it (with the guard off the live policy is the one the loop started
+    with, and the rest -1 and NaN).
     """
 
     episode: int

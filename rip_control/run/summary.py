@@ -85,6 +85,8 @@ def summarise(
         with np.load(trace, allow_pickle=False) as z:
             stats = tick_stats(z['dt_s'][1:], z['overrun_s'][1:], rate_hz)
             stats['n_violations'] = int(z['violations'])
+            # The trace is the last activation's; the ticks of those a trip ended before it.
+            stats['n_ticks_earlier_activations'] = monitor.ticks_earlier
             stats.update(overrun_causes(z['overrun_s'][1:], z['prev_work_s'][1:], 1.0 / rate_hz))
             summary['ticks'] = stats
             plots(run_dir, z['dt_s'][1:], rate_hz, eps)

@@ -95,6 +95,7 @@ class RigMonitor:
         self.restarts = 0  # re-activations after a timing violation, since the last episode
         self.restarts_total = 0
         self.serial_errors_earlier = 0  # in activations before the current one
+        self.ticks_earlier = 0  # control ticks of the activations before the current one
         self._episodes_at_trip = 0
         node.create_subscription(
             Float64MultiArray, f'{control_fqn}/episode', self._on_episode, 100
@@ -155,8 +156,15 @@ class RigMonitor:
 
     def serial_errors_now(self) -> int:
         """The failed ticks the control node reported for its current activation."""
+        return self._count('serial_errors')
+
+    def ticks_now(self) -> int:
+        """The ticks the control node reported for its current activation."""
+        return self._count('ticks')
+
+    def _count(self, key: str) -> int:
         try:
-            return int(float(self.control.get('serial_errors', 0)))
+            return int(float(self.control.get(key, 0)))
         except ValueError:
             return 0
 
@@ -297,7 +305,7 @@ class Supervisor:
             return
         # The report that says so holds the activation's final counters; the calls below spin
         # the node, and a newer report (of the next activation) may replace it meanwhile.
-        serial_errors = mon.serial_errors_now()
+        serial_errors, ticks = mon.serial_errors_now(), mon.ticks_now()
         reason = mon.control_message or 'no reason given'
         state = driver.state(timeout_s=2.0)
         if state == 'active':
@@ -327,6 +335,7 @@ class Supervisor:
             if not driver.change('activate'):
                 raise RunFailed(f'{mon.fqn} refused to re-activate after a timing violation')
             mon.serial_errors_earlier += serial_errors
+            mon.ticks_earlier += ticks
             mon.control = {}
             return
         if recoverable and self.restarts:

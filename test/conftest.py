@@ -22,6 +22,17 @@ os.environ.setdefault('ROS_DOMAIN_ID', str(automatic_domain()))
 os.environ['PYTHONFAULTHANDLER'] = '1'
 
 
+@pytest.fixture(scope='session')
+def colcon_install(tmp_path_factory):
+    """The package colcon-built into a fresh workspace, once a session; its install prefix.
+
+    What ``ros2 run`` and ``ros2 launch`` use; the tests only read it.
+    """
+    from ros2_cli import colcon_build
+
+    return colcon_build(tmp_path_factory.mktemp('ws'))
+
+
 @pytest.fixture(scope='session', autouse=True)
 def _temporary_files_under_pytest(tmp_path_factory):
     """Temporary files of the tests and their processes go under pytest's base folder.

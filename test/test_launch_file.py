@@ -20,7 +20,7 @@ import threading
 import time
 
 import pytest
-from ros2_cli import argv, colcon_build, require_launch, sourced_env
+from ros2_cli import argv, require_launch, sourced_env
 
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_learner import buffer_store
@@ -31,10 +31,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.ros]
 
 
 @pytest.fixture(scope='module')
-def install_prefix(tmp_path_factory):
-    """The package colcon-built into a fresh workspace; its install prefix."""
+def install_prefix(colcon_install):
+    """The package colcon-built into a fresh workspace (once a session); its install prefix."""
     require_launch()
-    prefix = colcon_build(tmp_path_factory.mktemp('ws'))
+    prefix = colcon_install
     for exe in ('control_node', 'learner_node', 'rig_emulator', 'finetune_supervisor'):
         assert os.access(prefix / 'lib' / 'rip_control' / exe, os.X_OK), exe
     assert (prefix / 'share' / 'rip_control' / 'launch' / 'finetune.launch.py').exists()
@@ -417,7 +417,7 @@ def test_adapt_under_launch_keeps_a_wrong_identifications_policy_off_the_rig(
         + [
             f'identification:={tmp_path / "wrong.yaml"}',
             'retrain_steps:=5000',
-            'rig_minutes:=0.6',
+            'rig_minutes:=0.5',
             'deployment_episodes:=1',
             'deployment_episode_seconds:=4',
             'episode_seconds:=3',
@@ -440,7 +440,7 @@ def test_adapt_under_launch_keeps_a_wrong_identifications_policy_off_the_rig(
     assert {k: s['options'][k] for k in ('identification', 'retrain_steps', 'rig_minutes')} == {
         'identification': str(tmp_path / 'wrong.yaml'),
         'retrain_steps': 5000,
-        'rig_minutes': 0.6,
+        'rig_minutes': 0.5,
     }
     # The re-trained policy drove its judged deployment, and only that: the fine-tune started
     # from the prior (the guard's baseline evaluation and the first training episode drove

@@ -22,25 +22,8 @@ def _tool(name):
     return str(path)
 
 
-@pytest.mark.slow
-def test_colcon_build_installs_executables_launch_and_config(tmp_path):
-    src = tmp_path / 'ws' / 'src'
-    src.mkdir(parents=True)
-    ignore = shutil.ignore_patterns(
-        '.venv', '.git', 'build', 'install', 'log', '__pycache__', 'runs'
-    )
-    shutil.copytree(REPO, src / 'rip_control', ignore=ignore)
-    env = dict(os.environ, PATH=f'{BIN}{os.pathsep}{os.environ["PATH"]}')
-    proc = subprocess.run(
-        [_tool('colcon'), 'build', '--event-handlers', 'console_direct-'],
-        cwd=tmp_path / 'ws',
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    prefix = tmp_path / 'ws' / 'install' / 'rip_control'
+def test_colcon_build_installs_executables_launch_and_config(colcon_install):
+    prefix = colcon_install
     share = prefix / 'share' / 'rip_control'
     assert (
         prefix / 'share' / 'ament_index' / 'resource_index' / 'packages' / 'rip_control'
@@ -57,6 +40,7 @@ def test_colcon_build_installs_executables_launch_and_config(tmp_path):
         'control_node',
         'learner_node',
         'finetune',
+        'adapt',
         'finetune_supervisor',
         'rig_emulator',
         'rig_check',

@@ -22,7 +22,7 @@ import threading
 import time
 
 import pytest
-from ros2_cli import argv, colcon_build, require_launch, sourced_env
+from ros2_cli import argv, require_launch, sourced_env
 import yaml
 
 from rip_bench.identification import TOLERANCE, within
@@ -175,11 +175,11 @@ def _nothing_left_running():
             running.proc.wait()
 
 
-@pytest.fixture(scope='module')
-def install_prefix(tmp_path_factory):
+@pytest.fixture
+def install_prefix(colcon_install):
     """A colcon install of the package (what ``ros2 run``/``ros2 launch`` use)."""
     require_launch()
-    return colcon_build(tmp_path_factory.mktemp('ws'))
+    return colcon_install
 
 
 # ---- the set-up: make demo ---------------------------------------------------------------

@@ -161,6 +161,7 @@ def _actions(context):
             f'episodes:={episodes}',
             f'learn:={"true" if learners else "false"}',
             f'violation_restarts:={values["violation_restarts"]}',
+            f'rig_seconds:={values["rig_seconds"]}',
         ],
         output='screen',
     )

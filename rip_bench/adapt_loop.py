@@ -9,7 +9,7 @@ re-training, the guard's verdict on the re-trained policy and on the fine-tune's
 ``--arm plain`` is the fine-tune without adapting, for the side-by-side table
 (``table adapt-vs-plain``): the same deployments before and after, the same rig-time budget
 and seed, and between them only the guarded SAC fine-tune from the shipped policy
-(``rip_control.finetune``'s, in the same budgeted chunks), no excitation, identification or
+(``rip_control.finetune``'s, ended by the same rig-time limit), no excitation, identification or
 re-training.
 """
 

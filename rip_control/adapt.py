@@ -445,55 +445,36 @@ def _loop(
 def finetune_within_budget(
     a: Adapt, budget_s: float, start: Path, finetune_run: Any
 ) -> dict[str, Any]:
-    """Fine-tune on the rig in chunks until the rig-time budget is spent.
+    """Fine-tune on the rig from ``start`` until the rig-time budget is spent.
 
-    The budget less what the final deployment will take (``RESERVE_FACTOR`` times the
-    candidate's).
-    Returns the last chunk's summary with every chunk's evaluations (``{}`` if not one
-    episode fitted).
-
-    The first chunk (at most ``FIRST_CHUNK`` episodes) starts both nodes from ``start`` (its
-    critics and prior data beside it); it measures what an episode costs on this rig (its
-    reset; the guard's evaluations are episodes too). The later ones continue the run: its
-    replay buffer and its best-evaluated policy with its critics (``resume_buffer:=auto
-    policy:=auto``).
+    The budget less what the final deployment will take (``RESERVE_FACTOR`` times the last
+    deployment's). One runner run (its critics and prior data beside ``start``), the
+    node's guard on, ended by the runner's own rig-time limit (``rig_seconds``) at the end of
+    the episode past which the next would not fit: every activation counted, so a trip's
+    re-run episode is paid from the budget too. Returns its summary (``{}`` when not one
+    training episode with the guard's baseline evaluation fits).
     """
-    # The final deployment: as long as the candidate's, with a margin for slower resets.
-    reserve = RESERVE_FACTOR * a.phases[-1]['rig_seconds']
-    every = int(a.control['eval_every_episodes'])
-    # Rig time of one episode, its reset included (training or evaluation: the same length);
-    # a first guess until the first chunk has measured it.
-    per_episode = float(a.control['episode_seconds']) * 2.0
-    args: dict[str, str] = {'policy': str(start)}
-    evaluations: list[dict[str, Any]] = []
-    fine: dict[str, Any] = {}
-    chunk = 0
-    while True:
-        left = budget_s - a.rig_s - reserve
-        episodes = _episodes_that_fit(left, per_episode, every)
-        if chunk == 0:
-            episodes = min(episodes, FIRST_CHUNK)
-        if episodes < 1:
-            a.log(f'fine-tune: {max(left, 0):.0f} s of rig time left: not one more episode')
-            break
-        a.log(f'fine-tune: {episodes} training episodes ({max(left, 0):.0f} s of rig time left)')
-        before = a.rig_s
-        fine = a.phase(
-            PHASES[3],
-            {**args, 'episodes': str(episodes)},
-            lambda run_args: finetune_run(run_args, stream_logs=a.stream),
-        )
-        evaluations += fine.get('evaluations', [])
-        for e in fine.get('evaluations', []):
-            a.log(f'fine-tune: evaluation of v{e.get("policy_version")}: {e.get("verdict")}')
-        ran = int(fine.get('episodes') or episodes) + len(fine.get('evaluations', []))
-        # The dearest chunk's cost an episode: resets vary (a swinging pendulum settles slowly).
-        cost = (a.rig_s - before) / max(1, ran)
-        per_episode = cost if chunk == 0 else max(per_episode, cost)
-        args = {'policy': 'auto', 'resume_buffer': 'auto'}
-        chunk += 1
-    if fine:
-        fine = {**fine, 'evaluations': evaluations, 'chunks': chunk}
+    deployment = a.phases[-1]
+    reserve = RESERVE_FACTOR * deployment['rig_seconds']
+    left = budget_s - a.rig_s - reserve
+    # An episode's cost, its reset included: the last deployment's, for the fine-tune's length.
+    per_deployment = deployment['rig_seconds'] / int(a.own['deployment_episodes'])
+    per_episode = (
+        per_deployment
+        - float(a.own['deployment_episode_seconds'])
+        + float(a.control['episode_seconds'])
+    )
+    if _episodes_that_fit(left, per_episode, int(a.control['eval_every_episodes'])) < 1:
+        a.log(f'fine-tune: {max(left, 0):.0f} s of rig time left: not one episode fits')
+        return {}
+    a.log(f'fine-tune: until {left:.0f} s of rig time are spent (rig_seconds:={left:.1f})')
+    fine = a.phase(
+        PHASES[3],
+        {'policy': str(start), 'episodes': '0', 'rig_seconds': f'{left:.1f}'},
+        lambda run_args: finetune_run(run_args, stream_logs=a.stream),
+    )
+    for e in fine.get('evaluations', []):
+        a.log(f'fine-tune: evaluation of v{e.get("policy_version")}: {e.get("verdict")}')
     return fine
 
 
@@ -501,16 +482,15 @@ VERSION_GAP = 1000
 """The re-trained policy's version over the prior's: above any version a fine-tune from the
 prior publishes, so ``timing.csv`` and the guard's evaluations tell which one a policy came
 from."""
-FIRST_CHUNK = 2  # training episodes of the first fine-tune chunk (it measures their cost)
 RESERVE_FACTOR = 1.1  # the final deployment's rig time, over the candidate's deployment's
 
 
 def _episodes_that_fit(left_s: float, per_episode_s: float, every: int) -> int:
-    """Training episodes whose chunk fits ``left_s`` of rig time.
+    """Training episodes that fit ``left_s`` of rig time.
 
-    A chunk of ``n`` runs ``n`` training episodes and the guard's evaluations: its baseline
-    at the start and one after every ``every`` training episodes (none with the guard off),
-    each about ``per_episode_s`` with its reset.
+    ``n`` training episodes come with the guard's evaluations: its baseline at the start and
+    one after every ``every`` training episodes (none with the guard off), each about
+    ``per_episode_s`` with its reset.
     """
     n = 0
     while True:

@@ -201,7 +201,7 @@ def _run(
                         children.append(_Child(spec, stream_logs))
             # The learner imports torch first: the match waits for it, bounded.
             sup.start(30.0, 180.0, observer_ready)
-            sup.run_episodes(episodes, complete)
+            sup.run_episodes(episodes, complete, float(values['rig_seconds']))
             sup.hand_over()
     except KeyboardInterrupt:
         interrupted = True
@@ -244,6 +244,7 @@ def _run(
         failure=failure,
         interrupted=interrupted,
         stopped_by_operator=stopped_by or None,
+        stopped_for_rig_time=sup.stopped_for_rig_time or None,
         exit_codes=codes,
         policy=str(control_spec.params.get('policy', '')) or None,
     )

@@ -10,7 +10,7 @@ import pytest
 from rip_control.adapt import Adapt, _episodes_that_fit, _judge
 
 
-def test_a_chunk_counts_the_guards_evaluations_against_the_budget() -> None:
+def test_the_fine_tune_starts_only_if_an_episode_and_the_guards_evaluations_fit() -> None:
     # 3 training episodes and 2 evaluations (the baseline, one after the 2nd) at 33 s: 165 s.
     assert _episodes_that_fit(204.0, 33.0, every=2) == 3
     assert _episodes_that_fit(164.0, 33.0, every=2) == 2  # 4 episodes' worth: 2 + 2 evals

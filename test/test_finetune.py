@@ -78,6 +78,22 @@ def test_the_tick_count_of_a_run_covers_the_activations_a_trip_ended(tmp_path):
     assert 2 * 50 < ticks['n_ticks_earlier_activations'] < 2 * 60, ticks
 
 
+def test_a_rig_time_limit_ends_the_run_at_an_episode_boundary_within_it(tmp_path):
+    """``rig_seconds:=15`` with no episode count: the run ends on its own, within the limit.
+
+    What rip_control.adapt's fine-tune is bounded by: the runner stops at the end of the
+    episode past which the next (about 3 s here, its reset included) would not fit.
+    """
+    proc, s = _finetune(tmp_path, 'episodes:=0', 'rig_seconds:=15')
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert 'would pass the 15 s limit (rig_seconds:=)' in s['stopped_for_rig_time'], s
+    ticks = s['ticks']
+    rig_s = (ticks['n_ticks'] + 1 + ticks['n_ticks_earlier_activations']) / 50.0
+    # Within the limit (and the deactivation's last ticks); not stopped long before it.
+    assert 15.0 - 2 * 3.5 < rig_s <= 15.0 + 0.5, rig_s
+    assert s['episodes'] >= 2, s
+
+
 def test_v4_short_finetune_holds_rate_learns_and_resumes(tmp_path):
     proc, s = _finetune(tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -791,4 +791,4 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
     assert ident['residual_rms_rad']['alpha'] < ident['prior_residual_rms_rad']['alpha']
     assert ident['prior'].startswith('QUBE-Servo 2 defaults'), ident
     assert (out / 'identified_rig.yaml').exists() and (out / 'adapt.png').exists()
-    assert 'not one more episode' in run.text
+    assert 'not one episode fits' in run.text

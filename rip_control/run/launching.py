@@ -211,6 +211,12 @@ LAUNCH_ARGUMENTS = (
         kind=Param('violation_restarts', 5, 'restarts after a timing violation', 0, 1000),
     ),
     LaunchArgument(
+        'rig_seconds',
+        'rig-time limit, s (engaged or resetting, every activation counted): the run ends '
+        'after the episode past which the next would exceed it; 0: no limit',
+        kind=Param('rig_seconds', 0.0, 'rig-time limit, s', 0.0, 1e7),
+    ),
+    LaunchArgument(
         'emulator_link',
         'where the emulator links its pty',
         kind=Param('emulator_link', '/tmp/rip_rig', 'path'),

@@ -42,6 +42,7 @@ OPTIONS = (
     Param('learn', True, 'a learner receives the transitions'),
     Param('match_timeout_s', 180.0, 'bound on the wait for the learner to match', 1.0, 3600.0),
     LAUNCH_ARGUMENT_BY_NAME['violation_restarts'].param(),
+    LAUNCH_ARGUMENT_BY_NAME['rig_seconds'].param(),
 )
 
 _print_lock = threading.Lock()
@@ -68,6 +69,33 @@ def episode_rejection(ep: dict[str, float]) -> str:
         ep['balance_s'],
         ep.get('eval_balance_bar_s', math.nan),
     )
+
+
+class _RigBudget:
+    """The rig-time limit of one rig, checked at the end of each of its episodes."""
+
+    REPORT_LAG_S = 1.0  # the rig time comes from the 1 Hz reports
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        self.seen = 0  # episodes ended at the last check
+        self.used_at_last_s = 0.0
+
+    def exhausted(self, mon: RigMonitor) -> str:
+        """Why the rig's next episode would not fit ('' if it would, or no episode ended)."""
+        ended = mon.ended()
+        if ended <= self.seen:
+            return ''
+        used = mon.rig_seconds()
+        # An episode's cost, its reset included: the last one's, or the mean if dearer.
+        cost = max(used - self.used_at_last_s, used / ended)
+        self.seen, self.used_at_last_s = ended, used
+        if used + cost + self.REPORT_LAG_S <= self.limit_s:
+            return ''
+        return (
+            f'{used:.0f} s of rig time used and an episode takes about {cost:.0f} s: the next '
+            f'would pass the {self.limit_s:g} s limit (rig_seconds:=)'
+        )
 
 
 class RigMonitor:
@@ -168,6 +196,21 @@ class RigMonitor:
         except ValueError:
             return 0
 
+    def rig_seconds(self) -> float:
+        """Rig time so far, s: every tick of every activation (engaged or resetting).
+
+        From the node's 1 Hz reports: up to a report behind.
+        """
+        try:
+            rate = float(self.control.get('target_rate_hz', 0.0))
+        except ValueError:
+            rate = 0.0
+        return (self.ticks_earlier + self.ticks_now()) / rate if rate > 0 else 0.0
+
+    def ended(self) -> int:
+        """Episodes of every kind that have ended (training, evaluation, excitation)."""
+        return len(self.episodes) + len(self.evaluations) + len(self.excitations)
+
     def left_active(self) -> bool:
         """The control node was active and is not any more (the supervisor did not ask)."""
         return self.activated and self.control.get('lifecycle_state') not in (None, 'active')
@@ -208,6 +251,7 @@ class Supervisor:
             RigMonitor(node, fqn, fqn.strip('/').split('/')[0] if many else '') for fqn in controls
         ]
         self.stopped_by_operator = ''  # the node the operator deactivated, if one was
+        self.stopped_for_rig_time = ''  # why the rig-time limit ended the run, if it did
 
     def wait_until(self, ready: Callable[[], bool], timeout_s: float, what: str) -> None:
         """Spin (bounded) until ``ready()``; :class:`RunFailed` naming ``what`` otherwise."""
@@ -259,21 +303,35 @@ class Supervisor:
             mon.control = {}  # what came before activating says nothing now
             self.node.get_logger().info(f'{driver.target} active')
 
-    def run_episodes(self, episodes: int, complete: Callable[[int], bool] | None = None) -> None:
+    def run_episodes(
+        self,
+        episodes: int,
+        complete: Callable[[int], bool] | None = None,
+        rig_seconds: float = 0.0,
+    ) -> None:
         """Watch until every rig has run ``episodes`` (0: until stopped) or the operator stops.
 
         :param complete: ``complete(episodes)`` tells whether the caller's observer has
             received all of them; after the last episode summary it is waited for (5 s).
+        :param rig_seconds: the rig-time limit (0: none): at the end of an episode, a rig
+            whose next one would take it past the limit ends the run.
         :raises RunFailed: a node left active for a reason that ends the run.
         """
         import rclpy
 
         done_at: float | None = None
+        budgets = [_RigBudget(rig_seconds) for _ in self.monitors] if rig_seconds > 0 else []
         while not self.stopped_by_operator:
             self.check()
             rclpy.spin_once(self.node, timeout_sec=0.1)
             for driver, mon in zip(self.drivers, self.monitors, strict=True):
                 self._check_still_active(driver, mon)
+            for budget, mon in zip(budgets, self.monitors, strict=False):
+                why = budget.exhausted(mon)
+                if why:
+                    self.stopped_for_rig_time = why
+                    self.say(f'{mon.fqn}: {why}; stopping the run')
+                    return
             if episodes and all(len(m.episodes) >= episodes for m in self.monitors):
                 if complete is None or complete(episodes):
                     return
@@ -421,7 +479,7 @@ def _main(argv: list[str]) -> int:
     sup = Supervisor(node, controls, opts['learn'], opts['violation_restarts'], log.info)
     try:
         sup.start(60.0, opts['match_timeout_s'])
-        sup.run_episodes(opts['episodes'])
+        sup.run_episodes(opts['episodes'], rig_seconds=opts['rig_seconds'])
         got = sup.hand_over()
         if got is not None:
             unmatched = sum(int(m.control.get('transitions_unmatched', 0)) for m in sup.monitors)

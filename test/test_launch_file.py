@@ -417,7 +417,7 @@ def test_adapt_under_launch_keeps_a_wrong_identifications_policy_off_the_rig(
         + [
             f'identification:={tmp_path / "wrong.yaml"}',
             'retrain_steps:=5000',
-            'rig_minutes:=0.5',
+            'rig_minutes:=0.6',
             'deployment_episodes:=1',
             'deployment_episode_seconds:=4',
             'episode_seconds:=3',
@@ -440,7 +440,7 @@ def test_adapt_under_launch_keeps_a_wrong_identifications_policy_off_the_rig(
     assert {k: s['options'][k] for k in ('identification', 'retrain_steps', 'rig_minutes')} == {
         'identification': str(tmp_path / 'wrong.yaml'),
         'retrain_steps': 5000,
-        'rig_minutes': 0.5,
+        'rig_minutes': 0.6,
     }
     # The re-trained policy drove its judged deployment, and only that: the fine-tune started
     # from the prior (the guard's baseline evaluation and the first training episode drove

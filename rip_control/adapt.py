@@ -81,6 +81,8 @@ LAUNCH_SWITCH = Param(
 )
 """``finetune.launch.py``'s argument that runs the loop under ``ros2 launch``."""
 RUNNER_DEFAULTS = {'run_name': 'adapt'}
+OWN_BY_THE_LOOP = ('rig_seconds', 'episodes')
+"""Runner arguments adapt sets itself, phase by phase: refused when typed."""
 PHASES = ('0_baseline', '1_sim_retrain', '2_candidate', '3_finetune', '4_deployment')
 SUMMARY = 'adapt_summary.json'
 PLOT = 'adapt.png'
@@ -168,6 +170,12 @@ class Adapt:
         from rip_control.run.launching import CONTROL, launch_values, node_parameters
 
         self.own, self.runner, self.stream = own, runner, stream
+        for name in OWN_BY_THE_LOOP:
+            if name in runner:
+                raise ValueError(
+                    f'{name}:={runner[name]}: adapt sets it for each phase (the budget is '
+                    'rig_minutes:=, the deployments deployment_episodes:=)'
+                )
         launch_values(runner)  # refuses an unknown argument or a bad value, by name
         self.control = node_parameters(runner)[CONTROL]  # typed, the params file included
         self.rate = float(self.control['rate_hz'])
@@ -464,7 +472,10 @@ def finetune_within_budget(
         - float(a.own['deployment_episode_seconds'])
         + float(a.control['episode_seconds'])
     )
-    if _episodes_that_fit(left, per_episode, int(a.control['eval_every_episodes'])) < 1:
+    from rip_control.run.supervisor import RigBudget
+
+    lag = RigBudget.REPORT_LAG_S  # the runner's stop rule keeps this margin too
+    if _episodes_that_fit(left - lag, per_episode, int(a.control['eval_every_episodes'])) < 1:
         a.log(f'fine-tune: {max(left, 0):.0f} s of rig time left: not one episode fits')
         return {}
     a.log(f'fine-tune: until {left:.0f} s of rig time are spent (rig_seconds:={left:.1f})')

@@ -63,3 +63,21 @@ def test_the_launch_passes_on_what_was_typed_and_refuses_a_bad_value_by_name() -
         launch_argv(untyped, {**own, 'rig_minutes': '0'})
     with pytest.raises(ValueError, match='rate:=fast'):
         launch_argv({**untyped, 'rate': 'fast'}, own)
+
+
+def test_a_phases_rig_time_counts_every_activation() -> None:
+    from rip_control.adapt import _rig_seconds
+
+    # The trace is the last activation's 500 ticks; a trip ended 249 before them.
+    run = {'ticks': {'n_ticks': 499, 'n_ticks_earlier_activations': 249}}
+    assert _rig_seconds(run, 50.0) == pytest.approx((500 + 249) / 50.0)
+    assert _rig_seconds({'ticks': {'n_ticks': 499}}, 50.0) == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize('typed', ['rig_seconds:=100', 'episodes:=3'])
+def test_what_the_loop_sets_for_each_phase_is_refused_when_typed(tmp_path, typed) -> None:
+    from rip_control.adapt import split_arguments
+
+    own, runner = split_arguments([typed, f'runs_dir:={tmp_path}'])
+    with pytest.raises(ValueError, match=typed):
+        Adapt(own, runner, stream=False)

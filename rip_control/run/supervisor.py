@@ -71,30 +71,35 @@ def episode_rejection(ep: dict[str, float]) -> str:
     )
 
 
-class _RigBudget:
+class RigBudget:
     """The rig-time limit of one rig, checked at the end of each of its episodes."""
 
-    REPORT_LAG_S = 1.0  # the rig time comes from the 1 Hz reports
+    REPORT_LAG_S = 2.0  # the rig time comes from the 1 Hz reports: a report behind, each way
 
     def __init__(self, limit_s: float) -> None:
         self.limit_s = limit_s
         self.seen = 0  # episodes ended at the last check
         self.used_at_last_s = 0.0
+        self.cost_s = 0.0  # an episode's rig time, its reset included (the dearest estimate)
 
     def exhausted(self, mon: RigMonitor) -> str:
         """Why the rig's next episode would not fit ('' if it would, or no episode ended)."""
         ended = mon.ended()
-        if ended <= self.seen:
-            return ''
         used = mon.rig_seconds()
-        # An episode's cost, its reset included: the last one's, or the mean if dearer.
-        cost = max(used - self.used_at_last_s, used / ended)
+        if ended <= self.seen or used is None:  # None: no report since an activation yet
+            return ''
+        # The last episode's cost, or the mean over the run if dearer.
+        self.cost_s = max(used - self.used_at_last_s, used / ended)
         self.seen, self.used_at_last_s = ended, used
-        if used + cost + self.REPORT_LAG_S <= self.limit_s:
+        return self.over(used)
+
+    def over(self, used: float) -> str:
+        """Why one more episode after ``used`` s would not fit ('' if it would)."""
+        if used + self.cost_s + self.REPORT_LAG_S <= self.limit_s:
             return ''
         return (
-            f'{used:.0f} s of rig time used and an episode takes about {cost:.0f} s: the next '
-            f'would pass the {self.limit_s:g} s limit (rig_seconds:=)'
+            f'{used:.0f} s of rig time used and an episode takes about {self.cost_s:.0f} s: the '
+            f'next would pass the {self.limit_s:g} s limit (rig_seconds:=)'
         )
 
 
@@ -196,16 +201,19 @@ class RigMonitor:
         except ValueError:
             return 0
 
-    def rig_seconds(self) -> float:
+    def rig_seconds(self) -> float | None:
         """Rig time so far, s: every tick of every activation (engaged or resetting).
 
-        From the node's 1 Hz reports: up to a report behind.
+        From the node's 1 Hz reports: up to a report behind; None before the first report of
+        an activation.
         """
+        if 'ticks' not in self.control:
+            return None
         try:
             rate = float(self.control.get('target_rate_hz', 0.0))
         except ValueError:
-            rate = 0.0
-        return (self.ticks_earlier + self.ticks_now()) / rate if rate > 0 else 0.0
+            return None
+        return (self.ticks_earlier + self.ticks_now()) / rate if rate > 0 else None
 
     def ended(self) -> int:
         """Episodes of every kind that have ended (training, evaluation, excitation)."""
@@ -252,6 +260,7 @@ class Supervisor:
         ]
         self.stopped_by_operator = ''  # the node the operator deactivated, if one was
         self.stopped_for_rig_time = ''  # why the rig-time limit ended the run, if it did
+        self.budgets: dict[str, RigBudget] = {}  # the rig-time limit of each rig, if any
 
     def wait_until(self, ready: Callable[[], bool], timeout_s: float, what: str) -> None:
         """Spin (bounded) until ``ready()``; :class:`RunFailed` naming ``what`` otherwise."""
@@ -320,13 +329,18 @@ class Supervisor:
         import rclpy
 
         done_at: float | None = None
-        budgets = [_RigBudget(rig_seconds) for _ in self.monitors] if rig_seconds > 0 else []
+        self.budgets = {m.fqn: RigBudget(rig_seconds) for m in self.monitors if rig_seconds > 0}
         while not self.stopped_by_operator:
             self.check()
             rclpy.spin_once(self.node, timeout_sec=0.1)
             for driver, mon in zip(self.drivers, self.monitors, strict=True):
                 self._check_still_active(driver, mon)
-            for budget, mon in zip(budgets, self.monitors, strict=False):
+            if self.stopped_for_rig_time:  # a trip with no room left to re-run its episode
+                return
+            for mon in self.monitors:
+                budget = self.budgets.get(mon.fqn)
+                if budget is None:
+                    continue
                 why = budget.exhausted(mon)
                 if why:
                     self.stopped_for_rig_time = why
@@ -381,6 +395,15 @@ class Supervisor:
             mon.restarts = 0  # an episode finished since the last trip
         mon._episodes_at_trip = len(mon.episodes)
         recoverable = 'TimingViolation' in reason or 'SerialFailure' in reason
+        budget, used = self.budgets.get(mon.fqn), mon.rig_seconds()
+        if recoverable and budget is not None and used is not None and budget.over(used):
+            # Re-activating would re-run the episode the trip cut short: it does not fit.
+            self.stopped_for_rig_time = budget.over(used)
+            self.say(
+                f'{mon.fqn}: {reason.removeprefix("stopped: ")}; motor disengaged; '
+                f'{self.stopped_for_rig_time}; not re-activating'
+            )
+            return  # this activation stays the last: the summary's trace counts its ticks
         if recoverable and mon.restarts < self.restarts:
             mon.restarts += 1
             mon.restarts_total += 1

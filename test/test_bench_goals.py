@@ -262,9 +262,9 @@ def test_the_readmes_identification_table_is_generated_from_the_committed_result
 
 def test_the_readmes_adapt_table_is_generated_from_the_committed_results() -> None:
     readme = (REPO / 'README.md').read_text()
-    assert (
-        table(
-            'adapt', 'adapt_stuck_seed0.json', 'adapt_stuck_seed1.json', 'adapt_stuck_seed2.json'
-        )
-        in readme
-    )
+    runs = [f'adapt_stuck_seed{seed}.json' for seed in (0, 1, 2)] + [
+        f'adapt_{rig}_seed0.json' for rig in ('worn', 'qube_servo2', 'heavy')
+    ]
+    assert table('adapt', *runs) in readme
+    plain = ('plain_stuck_seed0_b1a5e48.json', 'plain_stuck_seed0.json')
+    assert table('adapt-vs-plain', *plain, 'adapt_stuck_seed0.json') in readme

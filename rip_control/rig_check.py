@@ -27,7 +27,7 @@ import tempfile
 import numpy as np
 
 from rip_control.params import CONTROL_PARAMETERS, table_by_name
-from rip_control.rig.client import LowLevelClient, RigError
+from rip_control.rig.client import LowLevelClient, RigError, RigProtocolError, RigTimeout
 from rip_control.rig.emulator_process import EmulatorProcess
 from rip_control.rt.pacer import Pacer
 
@@ -44,8 +44,18 @@ def _stats_ms(values_s: list[float]) -> dict[str, float]:
     }
 
 
+# Ticks in a row without an answer before the check gives up on the rig (0.5 s at 50 Hz): a
+# single late or missing reply is what the check is there to count, not a reason to stop.
+MAX_FAILED_TICKS_IN_ROW = 25
+
+
 def run_check(port: str, rate_hz: float, seconds: float) -> dict[str, object]:
-    """Run the paced read loop; return the measured figures."""
+    """Run the paced read loop; return the measured figures.
+
+    A tick whose read or heartbeat gets no answer in time is counted and the loop goes on
+    (re-engaging if the firmware deadman tripped meanwhile); only
+    ``MAX_FAILED_TICKS_IN_ROW`` such ticks in a row end the check, with the last error.
+    """
     client = LowLevelClient(port, timeout_s=0.02)
     info = client.open()
     print(
@@ -59,6 +69,7 @@ def run_check(port: str, rate_hz: float, seconds: float) -> dict[str, object]:
     dts: list[float] = []
     rtts: list[float] = []
     overruns: list[float] = []
+    failed_ticks = failed_in_row = re_engaged = 0
     try:
         client.engage()
         pacer.start()
@@ -67,10 +78,22 @@ def run_check(port: str, rate_hz: float, seconds: float) -> dict[str, object]:
             if i:
                 dts.append(timing.dt_s)
                 overruns.append(timing.overrun_s)
-            state = client.get_state()
-            rtts.append(client.stats.last_rtt_s)
-            client.set_voltage(0.0)  # heartbeat
-            rtts.append(client.stats.last_rtt_s)
+            try:
+                state = client.get_state()
+                rtts.append(client.stats.last_rtt_s)
+                if not state.engaged:  # the deadman tripped while an answer was missing
+                    client.engage()
+                    re_engaged += 1
+                client.set_voltage(0.0)  # heartbeat
+                rtts.append(client.stats.last_rtt_s)
+            except (RigTimeout, RigProtocolError) as exc:
+                failed_ticks += 1
+                failed_in_row += 1
+                print(f'  tick {i}: {type(exc).__name__}: {exc}', flush=True)
+                if failed_in_row >= MAX_FAILED_TICKS_IN_ROW:
+                    raise
+                continue
+            failed_in_row = 0
             if i % max(1, round(rate_hz / 2)) == 0:
                 print(
                     f'  t={state.timestamp_us / 1e6:7.3f}s arm={state.arm_counts * rad:+.3f} rad '
@@ -92,6 +115,8 @@ def run_check(port: str, rate_hz: float, seconds: float) -> dict[str, object]:
         'missed_ticks': pacer.n_missed,
         'serial_rtt_ms': _stats_ms(rtts),
         'serial_timeouts': client.stats.timeouts,
+        'failed_ticks': failed_ticks,
+        're_engaged': re_engaged,
     }
     return result
 
@@ -221,6 +246,11 @@ def main(argv: list[str] | None = None) -> int:
         f'serial round trip: mean {rtt["mean"]:.3f} ms, p99 {rtt["p99"]:.3f} ms, '
         f'max {rtt["max"]:.3f} ms; timeouts {result["serial_timeouts"]}'
     )
+    if result['failed_ticks']:
+        print(
+            f'rig_check: warning: {result["failed_ticks"]} of {result["n_ticks"]} ticks got no '
+            f'answer in time (re-engaged after the deadman {result["re_engaged"]} time(s))'
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + '\n')
     return 0

@@ -219,13 +219,17 @@ CONTROL_TEST_PARAMETERS = {
     # end a test about something else. The 3-strike rule's own tests (and the benchmarks)
     # run with the 5 ms contract.
     'timing_violation_threshold_ms': 20.0,
-    # And five in a row, strikes or failed serial ticks, not three: a VM whose host takes its
-    # CPUs away for a while (steal time) may make both now and then, and a CI run saw four
-    # nodes trip on serial timeouts within a second of activating. Five failed ticks are
-    # 100 ms, the firmware deadman's timeout: a test that needs the node's own disengage
-    # after a serial trip, or that is about the 3-in-a-row rules, sets 3 (the default).
+    # Strikes five in a row, not three: a VM whose host takes its CPUs away for a while
+    # (steal time) may strike now and then, and a trip would end a test about something else.
+    # Failed serial ticks ten in a row: this VM's host stops one vCPU for ~100 ms every few
+    # tens of seconds under load (each such serial error came with 10 steal ticks on one CPU
+    # in /proc/stat). Stopped under the emulator, the node's ticks fail for 100 ms and the
+    # deadman trips meanwhile (five or six failed ticks; a CI run tripped at five); stopped
+    # under the node, the deadman trips and the next voltage is refused. Ten (200 ms) ride
+    # through either. A test that needs the node's own disengage after a serial trip, or that
+    # is about the 3-in-a-row rules, sets 3 (the default).
     'max_strikes': 5,
-    'max_serial_errors': 5,
+    'max_serial_errors': 10,
     # The regression guard and the narrowed sampling are the subject of their own tests.
     'eval_every_episodes': 0,
     'train_noise_scale': 1.0,

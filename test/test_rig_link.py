@@ -313,3 +313,43 @@ def test_an_idle_emulator_wakes_rarely_not_once_per_physics_step(emulator, firmw
         assert len(rates) == 2 and total < 1300, f'{rates} wake-ups/s by thread'
     else:
         assert total < 300, f'{rates} wake-ups/s by thread'
+
+
+def test_rig_check_counts_the_ticks_a_paused_rig_missed_and_goes_on(start_emulator, tmp_path):
+    """A host that stops the firmware's process for 150 ms (this VM's hypervisor takes a vCPU
+    away for ~100 ms now and then): rig_check counts the ticks that got no answer, engages
+    again after the deadman tripped, and reports instead of ending at the first timeout."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from rip_control.procs import child_env
+
+    emu = start_emulator('--events')
+    out = tmp_path / 'check.json'
+    cmd = [sys.executable, '-m', 'rip_control.rig_check', '--port', str(emu.link)]
+    check = subprocess.Popen(
+        cmd + ['--seconds', '2', '--json', str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=child_env(),
+    )
+    assert check.stdout is not None
+    lines = []
+    for line in check.stdout:  # the first state line: engaged and fed by heartbeats
+        lines.append(line)
+        if line.lstrip().startswith('t='):
+            break
+    emu.signal(signal.SIGSTOP)
+    time.sleep(0.15)  # the pause itself, not a synchronisation
+    emu.signal(signal.SIGCONT)
+    lines += check.stdout.read().splitlines(keepends=True)
+    assert check.wait(timeout=30) == 0, ''.join(lines)
+    result = json.loads(out.read_text())
+    assert result['failed_ticks'] >= 2, result  # 150 ms at 50 Hz, 20 ms a try
+    assert result['re_engaged'] == 1, result
+    assert 'ticks got no answer in time' in ''.join(lines)
+    causes = [what for _, what in emu.events()]
+    assert causes[:3] == ['engaged command', 'disengaged deadman', 'engaged command'], causes

@@ -773,10 +773,8 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
     if baseline['violation_restarts'] == baseline['serial_errors'] == 0:
         # the excitation's 800 ticks and the 10 s episode's 500, nothing else
         assert int(source[1]) == 1300, ident
-    else:  # a cut episode (the host stopped a vCPU) keeps what it recorded and runs again
-        assert int(source[1]) >= 1300, ident
         assert 'identifying from 26.0 s of rig data (2 records, 1 of them excitation' in run.text
-    else:  # a host pause tripped the loop: the cut-short episode's transitions are kept too
+    else:  # a cut episode (the host stopped a vCPU) keeps what it recorded and runs again
         assert int(source[1]) > 1300, ident
     # The acceptance: the stuck rig's physics, from an excitation and one episode, within
     # the goal's tolerances (dead zone 0.1 V, latency 3 ms, the rest 25 %), each determined.

@@ -316,9 +316,12 @@ def test_an_idle_emulator_wakes_rarely_not_once_per_physics_step(emulator, firmw
 
 
 def test_rig_check_counts_the_ticks_a_paused_rig_missed_and_goes_on(start_emulator, tmp_path):
-    """A host that stops the firmware's process for 150 ms (this VM's hypervisor takes a vCPU
-    away for ~100 ms now and then): rig_check counts the ticks that got no answer, engages
-    again after the deadman tripped, and reports instead of ending at the first timeout."""
+    """The firmware's process stopped for 150 ms: rig_check counts the ticks, and goes on.
+
+    This VM's hypervisor takes a vCPU away for ~100 ms now and then. rig_check counts the
+    ticks that got no answer, engages again after the deadman tripped, and reports, instead
+    of ending at the first timeout.
+    """
     import json
     import signal
     import subprocess

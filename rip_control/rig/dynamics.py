@@ -151,16 +151,16 @@ class Coefficients:
 class _Ops:
     """The math the equations need, for floats (``math``) or arrays (``numpy``)."""
 
-    def __init__(self, sin: Any, cos: Any, tanh: Any, where: Any) -> None:
-        self.sin, self.cos, self.tanh, self.where = sin, cos, tanh, where
+    def __init__(self, sin: Any, cos: Any, tanh: Any, where: Any, any_: Any) -> None:
+        self.sin, self.cos, self.tanh, self.where, self.any = sin, cos, tanh, where, any_
 
 
 def _where_float(cond: bool, a: float, b: float) -> float:
     return a if cond else b
 
 
-FLOAT_OPS = _Ops(math.sin, math.cos, math.tanh, _where_float)
-ARRAY_OPS = _Ops(np.sin, np.cos, np.tanh, np.where)  # a batch of rigs, elementwise
+FLOAT_OPS = _Ops(math.sin, math.cos, math.tanh, _where_float, bool)
+ARRAY_OPS = _Ops(np.sin, np.cos, np.tanh, np.where, np.any)  # a batch of rigs, elementwise
 
 
 def accelerations(
@@ -210,6 +210,8 @@ def rk4_step(k: Coefficients, x: State, h: Any, volts: Any, engaged: Any, ops: _
     td = td + h6 * (k1t + 2.0 * k2t + 2.0 * k3t + k4t)
     ad = ad + h6 * (k1a + 2.0 * k2a + 2.0 * k3a + k4a)
     high, low = th >= k.limit, th <= -k.limit
+    if not (ops.any(high) or ops.any(low)):  # no arm at its stop (a batch: the usual case)
+        return th, al, td, ad
     stop = ops.where(high, td > 0.0, ops.where(low, td < 0.0, False))
     th = ops.where(high, k.limit, ops.where(low, -k.limit, th))
     ad = ops.where(stop, (k.mrl * ops.cos(al) * td + k.jp * ad) / k.jp, ad)

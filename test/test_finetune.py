@@ -361,7 +361,9 @@ def _emulator_events(path):
     ]
 
 
-@pytest.mark.parametrize('how', ['SIGINT', 'SIGTERM', 'SIGKILL'])
+# SIGTERM takes SIGINT's path (rip_control.signals.StopSignals handles both the same);
+# test_runner_signals sends it at every moment of the start, where the paths could differ.
+@pytest.mark.parametrize('how', ['SIGINT', 'SIGKILL'])
 def test_stopping_the_runner_turns_the_motor_off_then_stops_the_learner_then_the_emulator(
     tmp_path, how
 ):

@@ -177,14 +177,28 @@ def run_excitation(port: str, rate_hz: float, max_action_v: float, out: Path) ->
     arrays = buffer_store.arrays_from_transitions(got)
     meta = buffer_store.BufferMeta(rate_hz, OBS_SIZE, ACTION_SIZE, len(got), 0)
     buffer_store.save(out, arrays, meta)
-    ep = done[0]
+    ep, st = done[0], loop.status
+    # A failed tick cuts the episode (what it recorded stays, the episode runs again); a late
+    # tick's transition is dropped for its dt. Either changes the count: said, not hidden.
+    troubles = []
+    if st.serial_errors:
+        troubles.append(f'{st.serial_errors} serial error(s), the episode run again')
+    if st.transitions_dropped_late:
+        troubles.append(f'{st.transitions_dropped_late} late transition(s) dropped')
     print(
         f'excitation: {ep.n_ticks} ticks, tick {ep.dt_mean_s * 1e3:.3f} ± '
         f'{ep.dt_std_s * 1e3:.3f} ms, {len(got)} transitions written to {out}'
+        + (f' ({"; ".join(troubles)})' if troubles else '')
         + ('; it ENDED AT THE ARM LIMIT' if ep.terminated else ''),
         flush=True,
     )
-    return {'ticks': ep.n_ticks, 'transitions': len(got), 'terminated': ep.terminated}
+    return {
+        'ticks': ep.n_ticks,
+        'transitions': len(got),
+        'terminated': ep.terminated,
+        'serial_errors': st.serial_errors,
+        'transitions_dropped_late': st.transitions_dropped_late,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
 from rip_control.policy import PolicyMeta, encode_actor, random_actor
 from rip_control.procs import child_env
@@ -84,79 +83,3 @@ def test_evaluate_refuses_learning_options_and_a_policy_at_another_rate(tmp_path
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert 'trained at 100 Hz but this node runs at 50 Hz' in proc.stderr
     assert 'process' not in proc.stdout and not (tmp_path / 'ev100').exists()
-
-
-def test_v5_short_runs_all_three_ways_and_writes_json_and_plots(tmp_path):
-    (tmp_path / 'sim').mkdir()
-    policy = _policy(tmp_path / 'sim' / 'policy.safetensors')
-    out = tmp_path / 'v5.json'
-    # A parameter file that narrows the training samples, as config/finetune.yaml may.
-    doc = yaml.safe_load(PARAMS.read_text())
-    doc['rip_control']['ros__parameters']['train_noise_scale'] = 0.5
-    params = tmp_path / 'params.yaml'
-    params.write_text(yaml.safe_dump(doc))
-    proc = _run(
-        'rip_bench',
-        'v5',
-        '--params-file',
-        str(params),
-        '--rig',
-        str(HEAVY),
-        '--policy',
-        str(policy),
-        '--episodes',
-        '1',
-        '--episode-seconds',
-        '1.0',
-        '--eval-episodes',
-        '1',
-        '--eval-seconds',
-        '1.0',
-        '--runs-dir',
-        str(tmp_path / 'runs'),
-        '--json',
-        str(out),
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    # Both arms sample at the policy's own spread, as SB3's learn() does, whatever the file
-    # says: the async arm's control node read 1 from the file both arms were given.
-    arms = yaml.safe_load((tmp_path / 'runs' / 'params.yaml').read_text())
-    assert arms['rip_control']['ros__parameters']['train_noise_scale'] == 1.0
-    doc = json.loads(out.read_text())
-    assert set(doc['deployment']) == {'sim_only', 'async_finetuned', 'sync_finetuned'}
-    # The host's steal during the run is recorded and printed.
-    assert 0.0 <= doc['host_steal']['fraction'] < 1.0 and doc['host_steal']['wall_s'] > 0
-    assert 'host steal: ' in proc.stdout
-    for d in doc['deployment'].values():
-        assert d['summary']['episodes'] == 1
-    assert abs(doc['finetune']['async']['ticks']['measured_rate_hz'] - 50.0) < 0.5
-    # One sync episode: it may end early (random actor at the arm limit, deadman).
-    assert len(doc['finetune']['sync']['episode_returns']) == 1
-    assert doc['finetune']['sync']['ticks']['n_ticks'] > 0
-    for suffix in ('balance_hist', 'dt_hist', 'learning_curve'):
-        assert (tmp_path / f'v5_rig_shifted_heavy_{suffix}.png').stat().st_size > 1000
-    assert '(c) sync fine-tune' in proc.stdout
-    # Over seeds: one row per arm, each seed's deployment mean, then their mean and the worst.
-    other = json.loads(out.read_text())
-    other['seed'] = 1
-    sim = other['deployment']['sim_only']['summary']['longest_balance_s']
-    first = doc['deployment']['sim_only']['summary']['longest_balance_s']['mean']
-    sim['mean'] = first + 2.0
-    out1 = tmp_path / 'v5_seed1.json'
-    out1.write_text(json.dumps(other))
-    table = _run('rip_bench', 'table', 'v5-seeds', str(out), str(out1))
-    assert table.returncode == 0, table.stderr[-2000:]
-    rows = [r for r in table.stdout.splitlines() if r.startswith('| rig_shifted_heavy')]
-    assert [r.split(' | ')[2] for r in rows] == [
-        '(a) simulation only',
-        '(b) async fine-tune',
-        '(c) sync fine-tune',
-    ]
-    cells = rows[0].split(' | ')
-    assert cells[3:6] == [
-        '0, 1',
-        f'{first + 1.0:.2f} s ({first:.2f} s)',
-        f'{first:.2f}, {first + 2.0:.2f}',
-    ], rows[0]
-    swung = doc['deployment']['async_finetuned']['summary']['swung_up']
-    assert rows[1].split(' | ')[6] == f'{2 * swung}/2'  # both seeds' episodes counted

@@ -92,7 +92,10 @@ def test_a_rig_time_limit_ends_the_run_at_an_episode_boundary_within_it(tmp_path
     rig_s = (ticks['n_ticks'] + 1 + ticks['n_ticks_earlier_activations']) / 50.0
     # Within the limit (and the deactivation's last ticks); not stopped long before it.
     assert 15.0 - 3.5 - 2.5 < rig_s <= 15.0 + 0.5, rig_s  # one episode and the report lag
-    assert s['episodes'] >= 2, s
+    # Episodes of every kind fill it: the guard's evaluations take some of the rig time (how
+    # many depends on when the learner publishes), training episodes the rest; three when no
+    # host stop cut one short (a re-run episode makes the runner's estimate of the next dearer).
+    assert s['episodes'] >= 1 and s['episodes'] + len(s['evaluations']) >= 2, s
 
 
 def test_v4_short_finetune_holds_rate_learns_and_resumes(tmp_path):

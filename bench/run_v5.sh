@@ -2,7 +2,7 @@
 # V5 under bench/results/ (about 9 minutes per rig and seed): the simulation-only policy, the
 # same policy after the asynchronous fine-tune, and after the synchronous one (SB3 learn()
 # with the learner's own update), each deployed on a rig. Both fine-tunes read one parameter
-# file (config/finetune.yaml). RIGS (default: nominal worn heavy) and SEEDS (default: 0 1 2)
+# file (config/finetune.yaml). RIGS (default: nominal worn heavy; mild is bench/rigs/) and SEEDS (default: 0 1 2)
 # select; each run writes bench/results/v5_<rig>_seed<seed>.json, seed 0's plots go to
 # bench/results/, the others' to bench/results/v5_seed<seed>/. With WIDE=1 it then runs the
 # [256, 256] scenario, where the synchronous loop cannot keep 50 Hz: a [256, 256] policy is
@@ -18,9 +18,10 @@ export PYTHONPATH=$PWD
 if [[ "${1:-}" == "--pretrain" ]]; then
   $PY -m rip_learner.pretrain rate:=50 out:=policies/sim_50hz
 fi
-rig_file() {
+rig_file() {  # the shipped rigs by name; bench/rigs/ holds the benchmarks' own (e.g. mild)
   if [[ "$1" == nominal ]]; then echo config/rig_qube_servo2.yaml
-  else echo "config/rig_shifted_$1.yaml"; fi
+  elif [[ -f "config/rig_shifted_$1.yaml" ]]; then echo "config/rig_shifted_$1.yaml"
+  else echo "bench/rigs/rig_$1.yaml"; fi
 }
 FAILED=()
 files=()

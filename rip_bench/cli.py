@@ -17,6 +17,7 @@ import time
 from typing import Any, Protocol
 
 from rip_bench import (
+    action_history,
     adapt_loop,
     bag_roundtrip,
     demo,
@@ -61,6 +62,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     sim_finetune,
     identification,
     adapt_loop,
+    action_history,
     bag_roundtrip,
     serial_roundtrip,
 )

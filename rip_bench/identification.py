@@ -80,6 +80,7 @@ def simulated_recording(
         episode_seconds=max(episode_seconds, design.duration_s),  # steps are counted here
         max_action_v=float(shipped('max_action_v')),
         arm_limit_rad=float(shipped('arm_limit_rad')),
+        action_history=0,
     )
     actor = load_actor_file(policy, rate_hz=rate, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
     excitation = Excitation(design, rate, task.max_action_v)

@@ -34,10 +34,10 @@ def shipped_update(model: Any) -> FastSacUpdate:
     The prior share and the smoothness weight are the parameter table's defaults; the
     smoothness term is measured against the initial actor's chatter.
     """
+    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
     from rip_control.run_files import PRIOR_DATA, packaged_policy
     from rip_learner import buffer_store
     from rip_learner.fast_sac import FastSacUpdate
-    from rip_learner.sac import ACTION_SIZE, OBS_SIZE
 
     shipped = defaults(LEARNER_PARAMETERS)
     path = packaged_policy(50.0).with_name(PRIOR_DATA)

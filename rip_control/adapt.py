@@ -144,9 +144,12 @@ def _versioned(src: Path, dst_dir: Path, version: int, rate_hz: float) -> Path:
     from safetensors.numpy import load, save
 
     from rip_control.policy import encode_actor, load_actor_file, read_metadata
-    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+    from rip_control.rig.env import ACTION_SIZE, obs_size
 
-    actor = load_actor_file(src, rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+    k = int(read_metadata(src.read_bytes()).get('action_history', '0'))
+    actor = load_actor_file(
+        src, rate_hz=rate_hz, obs_size=obs_size(k), action_size=ACTION_SIZE, action_history=k
+    )
     meta = actor.meta.__class__(**{**actor.meta.__dict__, 'version': version})
     extra = {
         k: v for k, v in read_metadata(src.read_bytes()).items() if k not in meta.to_metadata()
@@ -320,8 +323,10 @@ def _loop(
     resolve_auto_policy: Any,
 ) -> dict[str, Any]:
     from rip_control.policy import load_actor_file
-    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+    from rip_control.rig.env import ACTION_SIZE, obs_size
     from rip_learner import identify, pretrain
+
+    k = int(a.control['action_history'])  # the prior's: the node refuses another
 
     a.log(f'{a.run_dir}: policy {prior}, rig-time budget {budget_s:.0f} s')
     # 1. baseline deployment, after the excitation
@@ -358,6 +363,7 @@ def _loop(
         'steps': own['retrain_steps'],
         'time_limit_s': 60.0 * own['retrain_minutes'],
         'seed': a.seed,
+        'action_history': k,
         # warm: no curriculum from scratch, a short random start
         'balance_steps': 0,
         'ramp_steps': 0,
@@ -370,7 +376,9 @@ def _loop(
         {'phase': PHASES[1], 'rig_seconds': 0.0, 'wall_seconds': time.monotonic() - t0}
     )
     # 4. the candidate on the rig, judged by the guard's rule against the prior's deployment
-    live = load_actor_file(prior, rate_hz=a.rate, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+    live = load_actor_file(
+        prior, rate_hz=a.rate, obs_size=obs_size(k), action_size=ACTION_SIZE, action_history=k
+    )
     candidate = _versioned(
         retrain_dir / run_files.POLICY, a.run_dir / 'candidate', live.version + VERSION_GAP, a.rate
     )

@@ -86,8 +86,9 @@ class TransitionRecorder:
         from rip_control.transitions import TransitionRejected, unpack
 
         labels = [(d.label, d.size) for d in msg.layout.dim]
+        obs_size = dict(labels).get('obs', OBS_SIZE)  # the node's own (its action_history)
         try:
-            t = unpack(labels, np.asarray(msg.data, dtype=np.float32), OBS_SIZE, ACTION_SIZE)
+            t = unpack(labels, np.asarray(msg.data, dtype=np.float32), obs_size, ACTION_SIZE)
         except TransitionRejected:
             self.rejected += 1
             return
@@ -195,7 +196,8 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
         from rip_learner import buffer_store
 
         arrays = buffer_store.arrays_from_transitions(recorder.received)
-        meta = buffer_store.BufferMeta(rate, OBS_SIZE, ACTION_SIZE, len(recorder.received), 0)
+        n_obs = len(recorder.received[0].obs)
+        meta = buffer_store.BufferMeta(rate, n_obs, ACTION_SIZE, len(recorder.received), 0)
         buffer_store.save(run_dir / run_files.EVALUATION_TRANSITIONS, arrays, meta)
     if episodes:
         plot_traces(

@@ -289,6 +289,14 @@ class FromParams:
 _RATE_HZ = Param('rate_hz', 50.0, 'control rate, Hz (both nodes; buffers are tagged)', 1.0, 1000.0)
 _HIDDEN_SIZES = Param('hidden_sizes', [64, 64], 'hidden layers of the actor (and critics)')
 _POLICY = Param('policy', '', 'initial actor weights (.safetensors)')
+ACTION_HISTORY = Param(
+    'action_history',
+    0,
+    'k: actions before the previous one appended to the observation (the policy file records '
+    'it; 0: the 6-float observation of the shipped policies, buffers and bags)',
+    0,
+    8,
+)
 _RUN_NAME = Param('run_name', 'default', 'outputs under runs/<run_name>')
 _RUNS_DIR = Param('runs_dir', 'runs', 'parent directory of runs')
 
@@ -337,6 +345,7 @@ CONTROL_PARAMETERS = (
     _POLICY,
     Param('allow_random_policy', False, 'activate with an untrained actor'),
     _HIDDEN_SIZES,
+    ACTION_HISTORY,
     Param('stochastic_actions', True, 'sample actions (exploration)'),
     Param(
         'train_noise_scale',
@@ -429,6 +438,7 @@ LEARNER_PARAMETERS = (
     Param('batch_size', 256, 'SAC minibatch', 1, 65536),
     Param('learning_starts', 256, 'stored transitions before the first update', 0, 10**9),
     _HIDDEN_SIZES,
+    ACTION_HISTORY,
     Param('learning_rate', 3e-4, 'Adam learning rate', 1e-7, 1.0),
     Param('gamma', 0.99, 'discount', 0.0, 1.0),
     Param('tau', 0.005, 'target smoothing', 0.0, 1.0),

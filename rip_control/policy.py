@@ -40,6 +40,7 @@ class PolicyMeta:
     obs_size: int
     action_size: int
     hidden_sizes: tuple[int, ...]
+    action_history: int = 0  # k of rip_control.rig.env: files without the key have 0
 
     def to_metadata(self) -> dict[str, str]:
         """String-only safetensors metadata."""
@@ -51,6 +52,7 @@ class PolicyMeta:
             'obs_size': str(self.obs_size),
             'action_size': str(self.action_size),
             'hidden_sizes': ','.join(str(h) for h in self.hidden_sizes),
+            'action_history': str(self.action_history),
             'activation': 'relu',
             'squash': 'tanh',
         }
@@ -149,6 +151,7 @@ def random_actor(
     *,
     version: int = 0,
     seed: int = 0,
+    action_history: int = 0,
 ) -> NumpyActor:
     """An untrained actor (torch ``Linear`` default init) for runs without initial weights."""
     rng = np.random.default_rng(seed)
@@ -159,7 +162,7 @@ def random_actor(
             fan_in = tensors[name.replace('bias', 'weight')].shape[1]
         bound = 1.0 / math.sqrt(fan_in)
         tensors[name] = rng.uniform(-bound, bound, size=shape).astype(np.float32)
-    meta = PolicyMeta(version, rate_hz, obs_size, action_size, tuple(hidden))
+    meta = PolicyMeta(version, rate_hz, obs_size, action_size, tuple(hidden), action_history)
     return NumpyActor(meta, tensors)
 
 
@@ -205,6 +208,7 @@ def decode_actor(
     rate_hz: float,
     obs_size: int,
     action_size: int,
+    action_history: int = 0,
     min_version: int | None = None,
 ) -> NumpyActor:
     """Validate and load actor weights; raise :class:`PolicyRejected` naming the problem.
@@ -213,6 +217,8 @@ def decode_actor(
     :param rate_hz: this node's control rate; weights trained at another rate are refused.
     :param obs_size: this node's observation size.
     :param action_size: this node's action size.
+    :param action_history: this node's ``action_history`` (the past actions its observation
+        holds); weights recording another are refused, naming both.
     :param min_version: refuse versions at or below this one (None: accept any).
     """
     md = read_metadata(data)
@@ -233,12 +239,20 @@ def decode_actor(
             obs_size=int(md['obs_size']),
             action_size=int(md['action_size']),
             hidden_sizes=tuple(int(h) for h in md['hidden_sizes'].split(',') if h),
+            action_history=int(md.get('action_history', '0')),
         )
     except (KeyError, ValueError) as exc:
         raise PolicyRejected(f'malformed weights metadata: {exc!r}') from exc
     if not math.isclose(meta.rate_hz, rate_hz, rel_tol=1e-9):
         raise PolicyRejected(
             f'weights were trained at {meta.rate_hz:g} Hz but this node runs at {rate_hz:g} Hz'
+        )
+    if meta.action_history != action_history:
+        raise PolicyRejected(
+            f'weights were trained with action_history {meta.action_history} (an observation '
+            f'of {meta.obs_size} floats) but this node has action_history {action_history}: '
+            f'set action_history:={meta.action_history} or use weights trained with '
+            f'{action_history}'
         )
     if (meta.obs_size, meta.action_size) != (obs_size, action_size):
         raise PolicyRejected(
@@ -272,7 +286,7 @@ def decode_actor(
 
 
 def load_actor_file(
-    path: str | Path, *, rate_hz: float, obs_size: int, action_size: int
+    path: str | Path, *, rate_hz: float, obs_size: int, action_size: int, action_history: int = 0
 ) -> NumpyActor:
     """Load initial weights from a ``.safetensors`` file (same checks as the topic)."""
     path = Path(path)
@@ -281,6 +295,12 @@ def load_actor_file(
     except FileNotFoundError:
         raise PolicyRejected(f'policy file not found: {path}') from None
     try:
-        return decode_actor(data, rate_hz=rate_hz, obs_size=obs_size, action_size=action_size)
+        return decode_actor(
+            data,
+            rate_hz=rate_hz,
+            obs_size=obs_size,
+            action_size=action_size,
+            action_history=action_history,
+        )
     except PolicyRejected as exc:
         raise PolicyRejected(f'{path}: {exc}') from None

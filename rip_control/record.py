@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from rip_control.params import Param, help_requested, parse_options
+from rip_control.params import ACTION_HISTORY, Param, help_requested, parse_options
 from rip_control.procs import ensure_loopback_dds
 from rip_control.signals import StopSignals
 
@@ -27,6 +27,7 @@ OPTIONS = (
     Param(
         'rate', 50.0, 'control rate of the recorded transitions, Hz (bag metadata)', 1.0, 1000.0
     ),
+    ACTION_HISTORY,  # the recorded node's: the bag's observation size
     Param('topic', '/transitions', 'topic to record'),
     Param('duration_s', 0.0, 'stop after this long (0: until Ctrl-C)', 0.0, 1e9),
     Param('max_messages', 0, 'stop after this many transitions (0: no limit)', 0, 10**12),
@@ -52,10 +53,10 @@ def record(
     from std_msgs.msg import Float32MultiArray
 
     from rip_control.bags import BagWriter
-    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+    from rip_control.rig.env import ACTION_SIZE, obs_size
     from rip_control.ros.qos import TRANSITIONS_QOS
 
-    writer = BagWriter(opts['out'], opts['rate'], OBS_SIZE, ACTION_SIZE)
+    writer = BagWriter(opts['out'], opts['rate'], obs_size(opts['action_history']), ACTION_SIZE)
     node = executor = None
     try:
         # No rclpy handlers: the loop below polls ``stop`` (rclpy's would shut the context

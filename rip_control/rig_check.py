@@ -131,7 +131,6 @@ def run_excitation(port: str, rate_hz: float, max_action_v: float, out: Path) ->
 
     from rip_control.rig.env import (
         ACTION_SIZE,
-        OBS_SIZE,
         RealRotaryInvertedPendulumEnv,
         TaskConfig,
     )
@@ -175,7 +174,7 @@ def run_excitation(port: str, rate_hz: float, max_action_v: float, out: Path) ->
     if not done or not got:
         raise RigError('the excitation episode did not finish: nothing written')
     arrays = buffer_store.arrays_from_transitions(got)
-    meta = buffer_store.BufferMeta(rate_hz, OBS_SIZE, ACTION_SIZE, len(got), 0)
+    meta = buffer_store.BufferMeta(rate_hz, task.obs_size, ACTION_SIZE, len(got), 0)
     buffer_store.save(out, arrays, meta)
     ep, st = done[0], loop.status
     # A failed tick cuts the episode (what it recorded stays, the episode runs again); a late

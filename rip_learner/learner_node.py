@@ -39,7 +39,7 @@ from rclpy.node import Node
 from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
 from rip_control.params import LEARNER_PARAMETERS
-from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+from rip_control.rig.env import ACTION_SIZE
 from rip_control.ros.node_params import declare, spin_until_shutdown
 from rip_control.ros.qos import TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.transitions import TransitionRejected, check_period, unpack
@@ -125,7 +125,8 @@ class LearnerNode(Node):
         s = self.settings
         try:
             labels = [(d.label, int(d.size)) for d in msg.layout.dim]
-            t = unpack(labels, np.asarray(msg.data, dtype=np.float32), OBS_SIZE, ACTION_SIZE)
+            data = np.asarray(msg.data, dtype=np.float32)
+            t = unpack(labels, data, self.trainer.obs_size, ACTION_SIZE)
             check_period(t, s.rate_hz, s.dt_tolerance_s)
         except TransitionRejected as exc:
             self.rejected[exc.reason] += 1

@@ -50,15 +50,16 @@ import numpy as np
 from rip_control import run_files
 from rip_control.files import atomic_write_bytes
 from rip_control.params import (
+    ACTION_HISTORY,
     LEARNER_PARAMETERS,
     Param,
     help_requested,
     parse_options,
     table_by_name,
 )
-from rip_control.policy import encode_actor
+from rip_control.policy import encode_actor, read_metadata
 from rip_control.rig.dynamics import PendulumParams
-from rip_control.rig.env import ACTION_SIZE, OBS_SIZE, SimRotaryInvertedPendulumEnv, TaskConfig
+from rip_control.rig.env import ACTION_SIZE, SimRotaryInvertedPendulumEnv, TaskConfig, obs_size
 from rip_control.run.evaluation import EpisodeMetrics, episode_metrics, summarize
 from rip_learner.sac import SacConfig, actor_meta, actor_tensors, encode_checkpoint, sac_state
 
@@ -82,6 +83,7 @@ OPTIONS = (
     Param('time_limit_s', 900.0, 'stop after this much wall-clock time', 1.0, 86_400.0),
     Param('seed', 0, 'seed of SAC, the curriculum and the randomisation', 0, 2**31 - 1),
     Param('hidden_sizes', [64, 64], 'actor and critic layers (must match the learner)'),
+    ACTION_HISTORY,
     Param('batch_size', 256, 'SAC batch', 1, 100_000),
     Param(
         'learning_rate', 1e-3, 'SAC learning rate (3e-4 took 3x the steps to balance)', 1e-6, 1.0
@@ -404,7 +406,7 @@ def save_prior_data(rb: Any, path: Path, size: int, rate_hz: float, seed: int) -
     n = len(arrays['rewards'])
     pick = np.sort(np.random.default_rng(seed).choice(n, size=min(size, n), replace=False))
     arrays = {k: v[pick] for k, v in arrays.items()}
-    meta = BufferMeta(rate_hz, OBS_SIZE, ACTION_SIZE, len(pick))
+    meta = BufferMeta(rate_hz, arrays['observations'].shape[1], ACTION_SIZE, len(pick))
     buffer_store.save(path, arrays, meta)
     return {'file': str(path), 'transitions': len(pick), 'of': n}
 
@@ -419,9 +421,22 @@ def warm_start(model: Any, init: str, cfg: SacConfig, rate_hz: float) -> Path:
 
     path = Path(init)
     policy = path / run_files.POLICY if path.is_dir() else path
+    try:  # any action history up to this one: the networks get zero inputs for the rest
+        k = int(read_metadata(policy.read_bytes()).get('action_history', '0'))
+    except (OSError, ValueError):
+        k = 0  # the load below names the problem
+    if k > cfg.action_history:
+        raise ValueError(
+            f'init:={init} was trained with action_history {k}, more than the '
+            f'{cfg.action_history} of this pre-training: give action_history:={k}'
+        )
     try:
         actor = load_actor_file(
-            policy, rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+            policy,
+            rate_hz=rate_hz,
+            obs_size=obs_size(k),
+            action_size=ACTION_SIZE,
+            action_history=k,
         )
     except PolicyRejected as exc:
         raise ValueError(f'init:={init}: {exc}') from None
@@ -430,7 +445,8 @@ def warm_start(model: Any, init: str, cfg: SacConfig, rate_hz: float) -> Path:
             f'init:={init} has hidden_sizes {list(actor.meta.hidden_sizes)} but this '
             f'pre-training builds {list(cfg.hidden_sizes)}: give hidden_sizes:= to match'
         )
-    if load_initial_networks(model, actor, str(policy), rate_hz) is None:
+    widen = (obs_size(k), obs_size(cfg.action_history) - obs_size(k))
+    if load_initial_networks(model, actor, str(policy), rate_hz, widen) is None:
         raise ValueError(
             f'init:={init}: no {run_files.CHECKPOINT} beside {policy.name} (the critics): a '
             'warm start needs them, or the fresh critics unlearn the actor first'
@@ -449,7 +465,11 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
     rate = float(opts['rate'])
     out = Path(opts['out'])
     out.mkdir(parents=True, exist_ok=True)
-    task = TaskConfig.from_params(rate_hz=rate, episode_seconds=opts['episode_seconds'])
+    task = TaskConfig.from_params(
+        rate_hz=rate,
+        episode_seconds=opts['episode_seconds'],
+        action_history=opts['action_history'],
+    )
     eval_task = replace(task, episode_seconds=opts['eval_seconds'])
     base = PendulumParams.from_yaml(opts['rig_params']) if opts['rig_params'] else PendulumParams()
     ranges = randomization_named(opts['randomization'], opts['rig_params'], task.period_s)
@@ -457,6 +477,7 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
     curriculum = Curriculum(opts['balance_steps'], opts['ramp_steps'], opts['final_upright_share'])
     cfg = SacConfig.from_params(
         hidden_sizes=tuple(int(h) for h in opts['hidden_sizes']),
+        action_history=opts['action_history'],
         batch_size=opts['batch_size'],
         learning_rate=opts['learning_rate'],
         gamma=opts['gamma'],

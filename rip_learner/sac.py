@@ -20,15 +20,20 @@ import numpy as np
 from rip_control import run_files
 from rip_control.params import LEARNER_PARAMETERS, From, FromParams, Param
 from rip_control.policy import PolicyMeta, read_metadata
-from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+from rip_control.rig.env import ACTION_SIZE, obs_size
 
 """The SAC networks' file; saved beside a policy, it travels with it (critics included)."""
 """A sample of the pre-training replay buffer, beside the policy (``prior_data:=auto``)."""
 DEVICES = ('auto', 'cpu', 'cuda')
 
-# The rig's spaces, shared with the control node (rip_control.rig.env): obs 6, action 1 in [-1, 1].
-OBSERVATION_SPACE = gym.spaces.Box(-np.inf, np.inf, shape=(OBS_SIZE,), dtype=np.float32)
+# The rig's spaces, shared with the control node (rip_control.rig.env): an observation of
+# 6 + action_history floats, an action of 1 in [-1, 1].
 ACTION_SPACE = gym.spaces.Box(-1.0, 1.0, shape=(ACTION_SIZE,), dtype=np.float32)
+
+
+def observation_space(action_history: int) -> gym.spaces.Box:
+    """The observation space of a policy with ``action_history`` past actions."""
+    return gym.spaces.Box(-np.inf, np.inf, shape=(obs_size(action_history),), dtype=np.float32)
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class SacConfig(FromParams):
     TABLE: ClassVar[tuple[Param, ...]] = LEARNER_PARAMETERS
     PARAMS: ClassVar[Mapping[str, From]] = {
         'hidden_sizes': From('hidden_sizes', cast=lambda v: tuple(int(h) for h in v)),
+        'action_history': From('action_history'),
         'batch_size': From('batch_size'),
         'learning_rate': From('learning_rate'),
         'gamma': From('gamma'),
@@ -55,6 +61,7 @@ class SacConfig(FromParams):
     }
 
     hidden_sizes: tuple[int, ...]
+    action_history: int
     batch_size: int
     learning_rate: float
     gamma: float
@@ -82,8 +89,10 @@ class SacConfig(FromParams):
 class _SpacesOnlyEnv(gym.Env):
     """Carries the spaces into SB3's constructor; never stepped (the rig is elsewhere)."""
 
-    observation_space = OBSERVATION_SPACE
     action_space = ACTION_SPACE
+
+    def __init__(self, action_history: int) -> None:
+        self.observation_space = observation_space(action_history)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
         raise RuntimeError('the learner never steps an env; transitions arrive over DDS')
@@ -112,7 +121,7 @@ def build_sac(
     sac_kwargs.setdefault('learning_starts', 0)
     model = (sac_class or SAC)(
         'MlpPolicy',
-        env if env is not None else _SpacesOnlyEnv(),
+        env if env is not None else _SpacesOnlyEnv(cfg.action_history),
         learning_rate=cfg.learning_rate,
         buffer_size=cfg.buffer_size,
         batch_size=cfg.batch_size,
@@ -156,9 +165,29 @@ def encode_checkpoint(state: dict[str, np.ndarray], version: int, rate_hz: float
     return save(state, metadata={'policy_version': str(version), 'rate_hz': repr(float(rate_hz))})
 
 
-def load_checkpoint(model: Any, data: bytes, rate_hz: float, source: str) -> int:
+def widen_inputs(tensors: dict[str, np.ndarray], at: int, extra: int) -> dict[str, np.ndarray]:
+    """Zero input columns for ``extra`` new observation floats inserted at column ``at``.
+
+    A network trained with a shorter action history, given the longer observation, computes
+    exactly what it did (the new inputs are multiplied by zero until training moves them):
+    a warm start into a larger ``action_history``. Only the first layers take the observation
+    (the critics' ``[obs, action]`` too, so the columns go before the action's).
+    """
+    out = dict(tensors)
+    for name, arr in tensors.items():
+        first = name.endswith('.0.weight') or name == 'layers.0.weight'
+        if first and arr.ndim == 2 and arr.shape[1] >= at:
+            out[name] = np.insert(arr, [at] * extra, 0.0, axis=1).astype(arr.dtype)
+    return out
+
+
+def load_checkpoint(
+    model: Any, data: bytes, rate_hz: float, source: str, widen: tuple[int, int] = (0, 0)
+) -> int:
     """Load :func:`encode_checkpoint` bytes into ``model``; return the policy version.
 
+    :param widen: ``(at, extra)`` for :func:`widen_inputs` (a shorter action history's
+        networks into this model); (0, 0): none.
     :raises ValueError: naming ``source`` when the bytes are corrupt, were trained at another
         rate, or do not fit the networks.
     """
@@ -176,6 +205,8 @@ def load_checkpoint(model: Any, data: bytes, rate_hz: float, source: str) -> int
             f'checkpoint {source} was trained at {saved_rate:g} Hz '
             f'but this run is at {rate_hz:g} Hz'
         )
+    if widen[1]:
+        tensors = widen_inputs(tensors, *widen)
     state = {k: torch.as_tensor(v) for k, v in tensors.items() if k != 'log_ent_coef'}
     try:
         model.policy.load_state_dict(state)
@@ -221,33 +252,38 @@ def load_actor_into(model: Any, tensors: dict[str, np.ndarray]) -> None:
 
 def actor_meta(cfg: SacConfig, version: int, rate_hz: float) -> PolicyMeta:
     """Metadata of the actor this config builds."""
-    return PolicyMeta(version, rate_hz, OBS_SIZE, ACTION_SIZE, tuple(cfg.hidden_sizes))
+    k = cfg.action_history
+    return PolicyMeta(version, rate_hz, obs_size(k), ACTION_SIZE, tuple(cfg.hidden_sizes), k)
 
 
 def prefill_random(model: Any, n: int, seed: int = 0) -> None:
     """Fill the replay buffer with ``n`` synthetic transitions (benchmarks of train())."""
     rng = np.random.default_rng(seed)
+    size = model.observation_space.shape[0]
     for _ in range(n):
-        obs = rng.standard_normal((1, OBS_SIZE)).astype(np.float32)
-        nxt = rng.standard_normal((1, OBS_SIZE)).astype(np.float32)
+        obs = rng.standard_normal((1, size)).astype(np.float32)
+        nxt = rng.standard_normal((1, size)).astype(np.float32)
         act = rng.uniform(-1, 1, (1, ACTION_SIZE)).astype(np.float32)
         model.replay_buffer.add(
             obs, nxt, act, rng.standard_normal(1), np.zeros(1), [{'TimeLimit.truncated': False}]
         )
 
 
-def load_initial_networks(model: Any, actor: Any, policy_path: str, rate_hz: float) -> Any:
+def load_initial_networks(
+    model: Any, actor: Any, policy_path: str, rate_hz: float, widen: tuple[int, int] = (0, 0)
+) -> Any:
     """Put an initial policy into ``model``, with the critics saved beside it if there are.
 
     Fine-tuning with a fresh critic would first unlearn the actor, so a checkpoint next to
     the policy file (what pre-training and the learner write) is loaded first; then the
-    actor itself. :returns: the checkpoint's path, or None. :raises ValueError: a bad
-    checkpoint (see :func:`load_checkpoint`).
+    actor itself. :param widen: see :func:`load_checkpoint`. :returns: the checkpoint's path,
+    or None. :raises ValueError: a bad checkpoint (see :func:`load_checkpoint`).
     """
     from pathlib import Path
 
     ckpt = Path(policy_path).with_name(run_files.CHECKPOINT)
     if ckpt.exists():
-        load_checkpoint(model, ckpt.read_bytes(), rate_hz, str(ckpt))
-    load_actor_into(model, actor.tensors)
+        load_checkpoint(model, ckpt.read_bytes(), rate_hz, str(ckpt), widen)
+    tensors = widen_inputs(actor.tensors, *widen) if widen[1] else actor.tensors
+    load_actor_into(model, tensors)
     return ckpt if ckpt.exists() else None

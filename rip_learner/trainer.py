@@ -25,7 +25,7 @@ from rip_control import run_files
 from rip_control.bags import BagRejected, read_transitions
 from rip_control.files import atomic_write_bytes
 from rip_control.policy import PolicyRejected, encode_actor, load_actor_file
-from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+from rip_control.rig.env import ACTION_SIZE, obs_size
 from rip_control.transitions import Transition
 from rip_learner import buffer_store
 from rip_learner.buffer_store import BufferMeta, BufferRejected, ProvenanceLog
@@ -58,6 +58,7 @@ class Trainer:
 
     def __init__(self, s: LearnerSettings, say: Callable[[str], object]) -> None:
         self.s = s
+        self.obs_size = obs_size(s.sac.action_history)  # every file and message is checked for it
         self._say = say
         self.model = build_sac(s.sac)
         self._fast = FastSacUpdate(self.model, smoothness=s.smoothness) if s.fast_updates else None
@@ -89,7 +90,11 @@ class Trainer:
             return
         try:
             actor = load_actor_file(
-                s.policy, rate_hz=s.rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+                s.policy,
+                rate_hz=s.rate_hz,
+                obs_size=self.obs_size,
+                action_size=ACTION_SIZE,
+                action_history=s.sac.action_history,
             )
         except PolicyRejected as exc:
             raise LearnerConfigError(f'initial policy refused: {exc}') from exc
@@ -114,7 +119,7 @@ class Trainer:
             return
         try:
             arrays, meta = buffer_store.load(
-                path, rate_hz=s.rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+                path, rate_hz=s.rate_hz, obs_size=self.obs_size, action_size=ACTION_SIZE
             )
         except BufferRejected as exc:
             raise LearnerConfigError(f'prior_data refused: {exc}') from exc
@@ -137,7 +142,9 @@ class Trainer:
             return Path(s.prior_data) if s.prior_data else None
         from rip_control.run_files import packaged_policy
 
-        for near in (s.policy, str(packaged_policy(s.rate_hz))):
+        # The shipped policy's prior data has the 6-float observation (action_history 0).
+        shipped = [str(packaged_policy(s.rate_hz))] if s.sac.action_history == 0 else []
+        for near in (s.policy, *shipped):
             if near and (Path(near).with_name(run_files.PRIOR_DATA)).exists():
                 return Path(near).with_name(run_files.PRIOR_DATA)
         self._say(f'prior_data:=auto: no {run_files.PRIOR_DATA} beside {s.policy or "the policy"}')
@@ -150,7 +157,7 @@ class Trainer:
             return
         try:
             arrays, meta = buffer_store.load(
-                s.resume_buffer, rate_hz=s.rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+                s.resume_buffer, rate_hz=s.rate_hz, obs_size=self.obs_size, action_size=ACTION_SIZE
             )
         except BufferRejected as exc:
             raise LearnerConfigError(f'resume_buffer refused: {exc}') from exc
@@ -180,7 +187,7 @@ class Trainer:
             got = read_transitions(
                 s.resume_bags,
                 rate_hz=s.rate_hz,
-                obs_size=OBS_SIZE,
+                obs_size=self.obs_size,
                 action_size=ACTION_SIZE,
                 dt_tolerance_s=s.dt_tolerance_s,
             )
@@ -354,7 +361,8 @@ class Trainer:
             arrays.update(self.provenance.extract(self.model.replay_buffer))
             state = sac_state(self.model)
             actor = self.actor_bytes()
-        meta = BufferMeta(s.rate_hz, OBS_SIZE, ACTION_SIZE, len(arrays['rewards']), self.version)
+        n = len(arrays['rewards'])
+        meta = BufferMeta(s.rate_hz, self.obs_size, ACTION_SIZE, n, self.version)
         buffer_store.save(s.run_dir / run_files.BUFFER, arrays, meta)
         atomic_write_bytes(s.run_dir / run_files.POLICY_LATEST, actor)
         atomic_write_bytes(

@@ -93,9 +93,9 @@ def test_missing_file_and_other_sizes_are_refused_clearly(tmp_path):
 def test_sb3_buffer_extract_and_insert_round_trip_in_order():
     from stable_baselines3.common.buffers import ReplayBuffer
 
-    from rip_learner.sac import ACTION_SPACE, OBSERVATION_SPACE
+    from rip_learner.sac import ACTION_SPACE, observation_space
 
-    rb = ReplayBuffer(8, OBSERVATION_SPACE, ACTION_SPACE, handle_timeout_termination=True)
+    rb = ReplayBuffer(8, observation_space(0), ACTION_SPACE, handle_timeout_termination=True)
     arrays = _arrays(11)  # wraps around: the oldest 3 are overwritten
     buffer_store.insert(rb, arrays)
     out = buffer_store.extract(rb)

@@ -437,6 +437,13 @@ def _weights_for_other_sizes(version):
     )
 
 
+def _weights_with_action_history(version, k):
+    """A policy that sees k more past actions: the right sizes for itself, not for this node."""
+    size = OBS_SIZE + k * ACTION_SIZE
+    actor = random_actor(size, ACTION_SIZE, (64, 64), 50.0, version=version, action_history=k)
+    return encode_actor(actor.meta, actor.tensors)
+
+
 def test_bad_weights_over_the_topic_are_refused_by_reason_and_the_running_policy_kept(
     control_rig, ros_node
 ):
@@ -449,6 +456,11 @@ def test_bad_weights_over_the_topic_are_refused_by_reason_and_the_running_policy
         (_weights(6, nan=True), 'mu.bias holds non-finite'),
         (_weights_with_wrong_shape(7), f'has shape (256, 5), expected (256, {OBS_SIZE})'),
         (_weights_for_other_sizes(8), f'obs/action sizes {OBS_SIZE + 1}/{ACTION_SIZE}'),
+        (
+            _weights_with_action_history(10, 2),
+            f'trained with action_history 2 (an observation of {OBS_SIZE + 2} floats) but '
+            'this node has action_history 0: set action_history:=2',
+        ),
         (_weights(9, rate=100.0), 'trained at 100 Hz but this node runs at 50 Hz'),
         (_weights(4), 'version 4 is not newer than the running 5'),
         (bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8)), 'safetensors'),

@@ -47,7 +47,7 @@ def test_velocity_uses_the_measured_interval():
     task = RipTask(TaskConfig.from_params())
     a = PendulumReading(0.0, 0.0, 1.0)
     b = PendulumReading(0.1, 0.2, 1.025)  # a 25 ms sample interval, not the nominal 20
-    _, theta_dot, phi_dot = task.observe(a, b, 0.0)
+    _, theta_dot, phi_dot = task.observe(a, b)
     assert theta_dot == pytest.approx(4.0) and phi_dot == pytest.approx(8.0)
 
 

@@ -7,9 +7,16 @@ simulator sees exactly the same numbers on the rig. The rig env splits a step in
 each happens; its plain :meth:`~RealRotaryInvertedPendulumEnv.step` paces itself with a
 sleep, which is the synchronous pattern whose rate stretches under a learner.
 
-Observation (6 floats)::
+Observation (6 floats, and ``action_history`` more)::
 
-    [theta, sin(phi), cos(phi), theta_dot / 10, phi_dot / 10, previous action]
+    [theta, sin(phi), cos(phi), theta_dot / 10, phi_dot / 10, previous action,
+     the action before it, ...]
+
+``action_history`` (k, a parameter of both nodes and of pre-training, default 0) appends the
+k actions before the previous one, newest first: a policy that sees what it commanded two or
+three ticks ago can tell a late or dead-zoned response from a still rig (Armandpl/furuta,
+SenseAct). k = 0 is the 6-float observation every shipped policy, buffer and bag has; a policy
+file records its k (:class:`rip_control.policy.PolicyMeta`) and a node refuses a mismatch.
 
 ``theta`` is the arm angle (rad), ``phi`` the pendulum angle from upright (rad, wrapped to
 [-pi, pi)), velocities are encoder differences over the firmware's own sample interval.
@@ -33,9 +40,24 @@ from rip_control.rig.client import LowLevelClient
 from rip_control.rig.dynamics import FurutaDynamics, PendulumParams
 from rip_control.rig.protocol import RigState, Status
 
-OBS_SIZE = 6
+OBS_SIZE = 6  # with action_history 0
 ACTION_SIZE = 1
 OBS_LABELS = ('theta', 'sin_phi', 'cos_phi', 'theta_dot', 'phi_dot', 'prev_action')
+
+
+def obs_size(action_history: int) -> int:
+    """Observation length with ``action_history`` (k) actions before the previous one."""
+    return OBS_SIZE + action_history * ACTION_SIZE
+
+
+def action_history_of(size: int) -> int:
+    """The k an observation length stands for; ValueError if none does."""
+    k, rest = divmod(size - OBS_SIZE, ACTION_SIZE)
+    if k < 0 or rest:
+        raise ValueError(f'an observation of {size} floats is not {OBS_SIZE} + k * {ACTION_SIZE}')
+    return k
+
+
 VELOCITY_SCALE = 0.1
 QUIET_FILTER = 0.2  # EMA weight of the reset's stillness velocities (per reset tick)
 # When the reset calls the rig quiet (held 0.5 s): the arm centred and still, the pendulum's
@@ -60,6 +82,7 @@ class TaskConfig(FromParams):
     :param max_action_v: volts at action = +/-1.
     :param arm_limit_rad: safety limit: an episode terminates beyond it (the hard stop of the
         rig is further out).
+    :param action_history: k, the actions before the previous one in the observation.
     :param balance_threshold_rad: |phi| below which the pendulum counts as balanced.
     :param reward_arm_weight: penalty weight of (theta / arm_limit)^2.
     :param reward_action_weight: penalty weight of action^2.
@@ -80,12 +103,14 @@ class TaskConfig(FromParams):
         'episode_seconds': From('episode_seconds'),
         'max_action_v': From('max_action_v'),
         'arm_limit_rad': From('arm_limit_rad'),
+        'action_history': From('action_history'),
     }
 
     rate_hz: float
     episode_seconds: float
     max_action_v: float
     arm_limit_rad: float
+    action_history: int
     balance_threshold_rad: float = 0.2
     reward_arm_weight: float = 0.2
     reward_action_weight: float = 0.05
@@ -114,6 +139,14 @@ class TaskConfig(FromParams):
                 raise ValueError(f'TaskConfig.{name} must be > 0, got {getattr(self, name)!r}')
         if not 1.0 <= self.rate_hz <= 2000.0:
             raise ValueError(f'TaskConfig.rate_hz must be in [1, 2000], got {self.rate_hz!r}')
+        k = self.action_history
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError(f'TaskConfig.action_history must be an integer >= 0, got {k!r}')
+
+    @property
+    def obs_size(self) -> int:
+        """Observation length."""
+        return obs_size(self.action_history)
 
     @property
     def period_s(self) -> float:
@@ -146,13 +179,33 @@ class PendulumReading:
 
 
 class RipTask:
-    """Observation, reward and termination of the task, shared by rig and simulator."""
+    """Observation, reward and termination of the task, shared by rig and simulator.
+
+    It holds the episode's last ``1 + action_history`` actions (newest first), which the
+    observation ends with: :meth:`clear_actions` at an episode's start, :meth:`push_action`
+    with each action applied.
+    """
 
     def __init__(self, config: TaskConfig) -> None:
         self.config = config
+        self.actions: deque[float] = deque(maxlen=1 + config.action_history)
+        self.clear_actions()
+
+    def clear_actions(self) -> None:
+        """An episode starts from rest: every earlier action counts as 0."""
+        self.actions.extend([0.0] * (self.actions.maxlen or 1))
+
+    def push_action(self, value: float) -> None:
+        """The action applied in the transition being made."""
+        self.actions.appendleft(value)
+
+    @property
+    def last_action(self) -> float:
+        """The action of the current transition."""
+        return self.actions[0]
 
     def observe(
-        self, prev: PendulumReading, cur: PendulumReading, prev_action: float
+        self, prev: PendulumReading, cur: PendulumReading
     ) -> tuple[np.ndarray, float, float]:
         """Observation plus the raw velocities ``(theta_dot, phi_dot)`` from two readings."""
         dt = cur.time_s - prev.time_s
@@ -169,7 +222,7 @@ class RipTask:
                 math.cos(phi),
                 theta_dot * VELOCITY_SCALE,
                 phi_dot * VELOCITY_SCALE,
-                prev_action,
+                *self.actions,
             ],
             dtype=np.float32,
         )
@@ -197,8 +250,8 @@ class RipTask:
         return abs(reading.phi) < self.config.balance_threshold_rad
 
 
-def _spaces() -> tuple[gym.spaces.Box, gym.spaces.Box]:
-    high = np.array([math.pi, 1.0, 1.0, 10.0, 10.0, 1.0], dtype=np.float32)
+def _spaces(action_history: int) -> tuple[gym.spaces.Box, gym.spaces.Box]:
+    high = np.array([math.pi, 1.0, 1.0, 10.0, 10.0] + [1.0] * (1 + action_history), np.float32)
     obs_space = gym.spaces.Box(-high, high, dtype=np.float32)
     act_space = gym.spaces.Box(-1.0, 1.0, shape=(ACTION_SIZE,), dtype=np.float32)
     return obs_space, act_space
@@ -226,10 +279,9 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
         self.client = client
         self.config = config
         self.task = RipTask(config)
-        self.observation_space, self.action_space = _spaces()
+        self.observation_space, self.action_space = _spaces(config.action_history)
         self._rad_per_count = 2.0 * math.pi / client.device_info.counts_per_rev
         self._prev: PendulumReading | None = None
-        self._prev_action = 0.0
         self._steps = 0
         self._last_obs_t = 0.0
         self._ts_unwrap = _TimestampUnwrapper()
@@ -252,7 +304,7 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
         """Send the action (in [-1, 1]) as a motor voltage; also feeds the firmware deadman."""
         value = _action_value(action)
         self.client.set_voltage(value * self.config.max_action_v)
-        self._prev_action = value
+        self.task.push_action(value)
 
     def observe_and_step(self) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Read the rig and complete the transition begun by the last :meth:`apply_action`."""
@@ -260,8 +312,8 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
             raise RuntimeError('call reset() before stepping')
         now = time.monotonic()
         cur = self.read()
-        obs, _, phi_dot = self.task.observe(self._prev, cur, self._prev_action)
-        reward = self.task.reward(cur, phi_dot, self._prev_action)
+        obs, _, phi_dot = self.task.observe(self._prev, cur)
+        reward = self.task.reward(cur, phi_dot, self.task.last_action)
         terminated = self.task.terminated(cur)
         if terminated:
             reward = self.config.termination_penalty
@@ -379,11 +431,11 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
     def begin_episode(self) -> np.ndarray:
         """Take the first observation of an episode (the motor stays engaged at 0 V)."""
         self._prev = self.read()
-        self._prev_action = 0.0
+        self.task.clear_actions()
         self._steps = 0
         self._last_obs_t = time.monotonic()
         self._next_tick = self._last_obs_t
-        obs, _, _ = self.task.observe(self._prev, self._prev, 0.0)
+        obs, _, _ = self.task.observe(self._prev, self._prev)
         return obs
 
     @property
@@ -476,10 +528,9 @@ class SimRotaryInvertedPendulumEnv(gym.Env):
     def __init__(self, config: TaskConfig, params: PendulumParams | None = None) -> None:
         self.config = config
         self.task = RipTask(config)
-        self.observation_space, self.action_space = _spaces()
+        self.observation_space, self.action_space = _spaces(config.action_history)
         self.set_params(params or PendulumParams())
         self._prev: PendulumReading | None = None
-        self._prev_action = 0.0
         self._steps = 0
         self._t = 0.0
 
@@ -534,12 +585,12 @@ class SimRotaryInvertedPendulumEnv(gym.Env):
         self.dynamics.set_state(0.0, alpha)
         self._t = 0.0
         self._steps = 0
-        self._prev_action = 0.0
+        self.task.clear_actions()
         self._snapshots.clear()
         self._prev = self._snapshot(0.0)
         for _ in range(self._lat_periods):  # the rig has been at rest: history is flat
             self._snapshots.append(self._prev)
-        obs, _, _ = self.task.observe(self._prev, self._prev, 0.0)
+        obs, _, _ = self.task.observe(self._prev, self._prev)
         return obs, {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -548,7 +599,8 @@ class SimRotaryInvertedPendulumEnv(gym.Env):
             raise RuntimeError('call reset() before step()')
         value = _action_value(action)
         cur = self._advance(value * self.config.max_action_v)
-        obs, _, phi_dot = self.task.observe(self._prev, cur, value)
+        self.task.push_action(value)
+        obs, _, phi_dot = self.task.observe(self._prev, cur)
         reward = self.task.reward(cur, phi_dot, value)
         terminated = self.task.terminated(cur)
         if terminated:
@@ -556,5 +608,4 @@ class SimRotaryInvertedPendulumEnv(gym.Env):
         self._steps += 1
         truncated = not terminated and self._steps >= self.config.episode_steps
         self._prev = cur
-        self._prev_action = value
         return obs, reward, terminated, truncated, {'phi': cur.phi, 'theta': cur.theta}

@@ -58,7 +58,7 @@ from rip_control.policy import (
     random_actor,
 )
 from rip_control.rig.client import LowLevelClient, RigError
-from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+from rip_control.rig.env import ACTION_SIZE
 from rip_control.ros.control_diagnostics import ControlDiagnostics, fault_name
 from rip_control.ros.control_settings import NodeSettings
 from rip_control.ros.loop_outputs import LoopOutputs
@@ -140,7 +140,7 @@ class ControlNode(LifecycleNode):
             serial_port=s.serial_port,
             serial_timeout_s=s.serial_timeout_s,
             actor=actor,
-            transition_floats=sum(n for _, n in field_layout(OBS_SIZE, ACTION_SIZE)),
+            transition_floats=sum(n for _, n in field_layout(s.task.obs_size, ACTION_SIZE)),
             cpu=s.cpu,
             fifo_priority=s.fifo_priority,
             switch_interval_s=s.switch_interval_s,
@@ -170,7 +170,12 @@ class ControlNode(LifecycleNode):
                 self.get_logger().warning(f'real-time process: {note}; carrying on without it')
         self.get_logger().info('real-time process: ' + ', '.join(self._rt_notes))
         self._outputs = LoopOutputs(
-            self, s.run_dir, s.tick_topic_max_hz, s.tick_trace, self._weights.learner_stats
+            self,
+            s.run_dir,
+            s.task.obs_size,
+            s.tick_topic_max_hz,
+            s.tick_trace,
+            self._weights.learner_stats,
         )
         self._weights_sub = self.create_subscription(
             UInt8MultiArray,
@@ -191,14 +196,23 @@ class ControlNode(LifecycleNode):
     def _initial_actor(self, s: NodeSettings) -> NumpyActor:
         if s.policy:
             return load_actor_file(
-                s.policy, rate_hz=s.task.rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+                s.policy,
+                rate_hz=s.task.rate_hz,
+                obs_size=s.task.obs_size,
+                action_size=ACTION_SIZE,
+                action_history=s.task.action_history,
             )
         if not s.allow_random_policy:
             raise ValueError(
                 'no initial policy: set policy:=<file.safetensors> or allow_random_policy:=true'
             )
         return random_actor(
-            OBS_SIZE, ACTION_SIZE, s.hidden_sizes, s.task.rate_hz, seed=s.loop.seed
+            s.task.obs_size,
+            ACTION_SIZE,
+            s.hidden_sizes,
+            s.task.rate_hz,
+            seed=s.loop.seed,
+            action_history=s.task.action_history,
         )
 
     @staticmethod
@@ -568,7 +582,7 @@ class ControlNode(LifecycleNode):
         s, rt = self._settings, self._rt
         if s is None or rt is None or rt.ch is None or self._rt_lost:
             return
-        self._weights.take(bytes(msg.data), rt, s.task.rate_hz)
+        self._weights.take(bytes(msg.data), rt, s.task)
 
     # -- diagnostics -----------------------------------------------------------------------
 

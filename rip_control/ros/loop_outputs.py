@@ -23,7 +23,7 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray, MultiArrayDimensi
 
 from rip_control import run_files
 from rip_control.files import atomic_write_bytes
-from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+from rip_control.rig.env import ACTION_SIZE
 from rip_control.ros.qos import TICK_QOS, TRANSITIONS_QOS
 from rip_control.rt.gate import MISSED, VERDICTS
 from rip_control.rt.link import RtStatus
@@ -63,6 +63,7 @@ class LoopOutputs:
 
     :param node: the node the publishers belong to (and whose logger reports episodes).
     :param run_dir: where ``timing.csv`` goes.
+    :param obs_size: the observation length of the transitions it publishes.
     :param tick_topic_max_hz: rate cap of ``~/tick`` (0: no samples published).
     :param tick_trace: ``.npz`` path for every tick's figures on :meth:`write_trace` (empty:
         none kept).
@@ -77,6 +78,7 @@ class LoopOutputs:
         self,
         node: Any,
         run_dir: Path,
+        obs_size: int,
         tick_topic_max_hz: float,
         tick_trace: str,
         learner_stats: tuple[int, float] = (0, 0.0),
@@ -87,7 +89,7 @@ class LoopOutputs:
         )
         self._tick_pub = node.create_publisher(Float64MultiArray, '~/tick', TICK_QOS)
         self._episode_pub = node.create_publisher(Float64MultiArray, '~/episode', 10)
-        self._layout_dims = _dims(field_layout(OBS_SIZE, ACTION_SIZE))
+        self._layout_dims = _dims(field_layout(obs_size, ACTION_SIZE))
         self._episode_dims = _dims((label, 1) for label in EPISODE_FIELDS)
         self._tick_dims = _dims((('dt_ms', 1), ('overrun_ms', 1)))
         self._min_tick_gap_s = 1.0 / tick_topic_max_hz if tick_topic_max_hz > 0 else math.inf

@@ -16,7 +16,7 @@ from typing import Any
 from rip_control import run_files
 from rip_control.files import atomic_write_bytes
 from rip_control.policy import PolicyRejected, decode_actor
-from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+from rip_control.rig.env import ACTION_SIZE, TaskConfig
 from rip_control.rt.gate import rejection_reason
 from rip_control.rt.handle import RtProcess
 from rip_control.rt.loop import EpisodeSummary
@@ -93,14 +93,15 @@ class WeightsIntake:
             line += f'; saved as {run_dir / run_files.POLICY_BEST}'
         return line
 
-    def take(self, data: bytes, rt: RtProcess, rate_hz: float) -> bool:
+    def take(self, data: bytes, rt: RtProcess, task: TaskConfig) -> bool:
         """Validate ``data`` and hand it to ``rt`` (it swaps at its next tick); whether it did."""
         try:
             actor = decode_actor(
                 data,
-                rate_hz=rate_hz,
-                obs_size=OBS_SIZE,
+                rate_hz=task.rate_hz,
+                obs_size=task.obs_size,
                 action_size=ACTION_SIZE,
+                action_history=task.action_history,
                 min_version=rt.weights_version,
             )
             md = actor.metadata

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rip_control.policy import NumpyActor, PolicyMeta
+from rip_control.rig.env import action_history_of
 from rip_control.rt.channels import CACHE_LINE, Latest, Ring, Word
 
 TICK_RECORD = struct.Struct('<ddd?')
@@ -154,7 +155,8 @@ def decode_weights(data: bytes | bytearray) -> NumpyActor:
             width = out_size
     if off != len(data):
         raise ValueError(f'weights record of {len(data)} bytes, the layout needs {off}')
-    meta = PolicyMeta(int(version), float(rate_hz), int(obs), int(act), tuple(hidden))
+    k = action_history_of(int(obs))
+    meta = PolicyMeta(int(version), float(rate_hz), int(obs), int(act), tuple(hidden), k)
     return NumpyActor.from_prepared(meta, arrays[:n_hidden], arrays[-2], arrays[-1])
 
 

@@ -172,6 +172,12 @@ LAUNCH_ARGUMENTS = (
         ((CONTROL, 'policy'), (LEARNER, 'policy')),
     ),
     LaunchArgument(
+        'action_history',
+        'k: past actions (beyond the previous one) in the observation; must be the k the '
+        'policy was trained with (its file records it)',
+        ((CONTROL, 'action_history'), (LEARNER, 'action_history')),
+    ),
+    LaunchArgument(
         'excitation_episodes',
         'excitation episodes (for rip_learner.identify) before the first training episode',
         ((CONTROL, 'excitation_episodes'),),
@@ -492,15 +498,28 @@ def preflight(
             f'params_file: rip_control runs at {rate_hz:g} Hz but rip_learner at '
             f'{float(learner["rate_hz"]):g} Hz; set both with rate:=R'
         )
+    k = int(control['action_history'])
+    if int(learner['action_history']) != k:
+        raise ValueError(
+            f'params_file: rip_control has action_history {k} but rip_learner '
+            f'{int(learner["action_history"])}; set both with action_history:=K'
+        )
+    from rip_control.rig.env import ACTION_SIZE, obs_size
+
     checked = [('policy', control.get('policy'))]
     for name, path in checked:
         if not path:
             continue
         from rip_control.policy import PolicyRejected, load_actor_file
-        from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 
         try:
-            load_actor_file(path, rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+            load_actor_file(
+                path,
+                rate_hz=rate_hz,
+                obs_size=obs_size(k),
+                action_size=ACTION_SIZE,
+                action_history=k,
+            )
         except PolicyRejected as exc:
             hint = ''
             if 'trained at' in str(exc):
@@ -511,11 +530,10 @@ def preflight(
             raise ValueError(f'{name}:={path}: {exc}{hint}') from None
     resume = str(learner.get('resume_buffer') or '') if learn else ''
     if resume:
-        from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
         from rip_learner.buffer_store import BufferRejected, load
 
         try:  # the learner's own checks: format, checksum, rate, sizes, finite values
-            load(resume, rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+            load(resume, rate_hz=rate_hz, obs_size=obs_size(k), action_size=ACTION_SIZE)
         except BufferRejected as exc:
             raise ValueError(f'resume_buffer:={resume}: {exc}') from None
     for bag in str(learner.get('resume_bag') or '').split(','):

@@ -52,7 +52,7 @@ from typing import Any
 
 from rip_control import run_files
 from rip_control.files import atomic_write_bytes
-from rip_control.params import Param, options_help, parse_args
+from rip_control.params import Param, options_help, parse_args, table_by_name
 
 OPTIONS = (
     Param('rig_minutes', 10.0, 'rig-time budget (engaged or resetting), minutes', 0.5, 1000.0),
@@ -324,9 +324,14 @@ def _loop(
 ) -> dict[str, Any]:
     from rip_control.policy import load_actor_file
     from rip_control.rig.env import ACTION_SIZE, obs_size
+    from rip_control.run.launching import launch_values, recorded_action_history, set_by_user
     from rip_learner import identify, pretrain
 
-    k = int(a.control['action_history'])  # the prior's: the node refuses another
+    k_prior = recorded_action_history(str(prior), 0)
+    if set_by_user(a.runner, launch_values(a.runner), 'action_history'):
+        k = int(a.control['action_history'])  # the user's, for every phase
+    else:  # new pre-trainings' default; a warm start cannot take inputs away
+        k = max(k_prior, int(table_by_name(pretrain.OPTIONS)['action_history'].default))
 
     a.log(f'{a.run_dir}: policy {prior}, rig-time budget {budget_s:.0f} s')
     # 1. baseline deployment, after the excitation
@@ -377,7 +382,11 @@ def _loop(
     )
     # 4. the candidate on the rig, judged by the guard's rule against the prior's deployment
     live = load_actor_file(
-        prior, rate_hz=a.rate, obs_size=obs_size(k), action_size=ACTION_SIZE, action_history=k
+        prior,
+        rate_hz=a.rate,
+        obs_size=obs_size(k_prior),
+        action_size=ACTION_SIZE,
+        action_history=k_prior,
     )
     candidate = _versioned(
         retrain_dir / run_files.POLICY, a.run_dir / 'candidate', live.version + VERSION_GAP, a.rate

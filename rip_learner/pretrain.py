@@ -83,7 +83,17 @@ OPTIONS = (
     Param('time_limit_s', 900.0, 'stop after this much wall-clock time', 1.0, 86_400.0),
     Param('seed', 0, 'seed of SAC, the curriculum and the randomisation', 0, 2**31 - 1),
     Param('hidden_sizes', [64, 64], 'actor and critic layers (must match the learner)'),
-    ACTION_HISTORY,
+    # New pre-trainings see the two actions before the previous one: on the stuck rig (1.5
+    # ticks of latency, a 1.2 V dead zone) k = 2 deployed best (bench/results/
+    # action_history_stuck_seed*.json, README). The nodes' own default stays 0 (the shipped
+    # policy's); the runner takes a policy's k from its file.
+    Param(
+        'action_history',
+        2,
+        ACTION_HISTORY.description + '; a warm start from a smaller k gets zero weights',
+        ACTION_HISTORY.lo,
+        ACTION_HISTORY.hi,
+    ),
     Param('batch_size', 256, 'SAC batch', 1, 100_000),
     Param(
         'learning_rate', 1e-3, 'SAC learning rate (3e-4 took 3x the steps to balance)', 1e-6, 1.0

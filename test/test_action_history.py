@@ -55,6 +55,30 @@ def test_the_simulator_appends_the_actions_before_the_previous_one_newest_first(
     assert SimRotaryInvertedPendulumEnv(TaskConfig.from_params()).observation_space.shape == (6,)
 
 
+def test_the_rig_env_builds_the_same_history_and_forgets_it_at_a_new_episode(emulator):
+    """The rig env (what the control loop steps) through a real pty to the emulator."""
+    from rip_control.rig.client import LowLevelClient
+    from rip_control.rig.env import RealRotaryInvertedPendulumEnv
+
+    client = LowLevelClient(str(emulator.link), timeout_s=0.02)
+    client.open()
+    try:
+        task = TaskConfig.from_params(episode_seconds=1.0, action_history=2)
+        env = RealRotaryInvertedPendulumEnv(client, task)
+        assert env.observation_space.shape == (8,)
+        applied = [0.05, -0.1, 0.15]
+        for episode in range(2):
+            obs, _ = env.reset(seed=episode)
+            assert list(obs[5:]) == [0.0, 0.0, 0.0], (episode, obs)
+            for i, a in enumerate(applied):
+                obs, *_ = env.step(np.array([a]))
+                want = ([*reversed(applied[: i + 1])] + [0.0, 0.0])[:3]
+                assert obs[5:] == pytest.approx(want, abs=1e-6), (episode, i, obs)
+        env.close()
+    finally:
+        client.close()
+
+
 def test_sizes_and_ks_map_both_ways_and_a_bad_k_is_named():
     assert [obs_size(k) for k in (0, 1, 2)] == [6, 7, 8]
     assert [action_history_of(n) for n in (6, 7, 8)] == [0, 1, 2]
@@ -102,11 +126,42 @@ def test_the_runner_gives_both_nodes_one_k_and_refuses_a_policy_or_file_that_dif
         launching.plan({'action_history': '2'}, pid=1)
     assert 'policy:=' in str(err.value) and 'has action_history 2' in str(err.value)
     assert 'trained with action_history 0' in str(err.value)
+    # Not typed and not in a params file: the k the policy file records, for both nodes.
+    k2 = tmp_path / 'k2.safetensors'
+    actor = random_actor(8, ACTION_SIZE, (64, 64), 50.0, action_history=2)
+    k2.write_bytes(encode_actor(actor.meta, actor.tensors))
+    specs, _ = launching.plan({'policy': str(k2), 'runs_dir': str(tmp_path / 'r')}, pid=1)
+    by = {spec.label: spec for spec in specs}
+    assert by['control'].params['action_history'] == 2
+    assert by['learner'].params['action_history'] == 2
+    # Typed, the user's k stands, and a policy of another is refused.
+    with pytest.raises(ValueError, match='trained with action_history 2'):
+        launching.plan({'policy': str(k2), 'action_history': '0'}, pid=1)
     # A params file that gives the nodes different k: named, with the way out.
     path = tmp_path / 'p.yaml'
     path.write_text('rip_control:\n  ros__parameters:\n    action_history: 1\n')
     with pytest.raises(ValueError, match=r'rip_control has action_history 1 but rip_learner 0'):
         launching.plan({'params_file': str(path)}, pid=1)
+
+
+def test_widening_puts_the_new_inputs_after_the_old_observation_and_before_the_action():
+    """From k = 1 (7 floats) to k = 3: two zero columns at 7, the critic's action column last."""
+    from rip_learner.sac import widen_inputs
+
+    rng = np.random.default_rng(1)
+    actor = rng.standard_normal((4, 7)).astype(np.float32)
+    critic = rng.standard_normal((4, 8)).astype(np.float32)  # [7 observation floats, action]
+    later = rng.standard_normal((4, 4)).astype(np.float32)
+    out = widen_inputs(
+        {'layers.0.weight': actor, 'qf0.0.weight': critic, 'qf0.2.weight': later}, 7, 2
+    )
+    assert out['layers.0.weight'].shape == (4, 9) and out['qf0.0.weight'].shape == (4, 10)
+    assert (out['layers.0.weight'][:, :7] == actor).all()
+    assert (out['layers.0.weight'][:, 7:] == 0).all()
+    assert (out['qf0.0.weight'][:, :7] == critic[:, :7]).all()
+    assert (out['qf0.0.weight'][:, 7:9] == 0).all()
+    assert (out['qf0.0.weight'][:, 9] == critic[:, 7]).all()  # the action's column, last
+    assert out['qf0.2.weight'] is later  # only the first layers take the observation
 
 
 def test_a_warm_start_into_a_larger_k_keeps_what_the_prior_does(tmp_path):
@@ -130,13 +185,15 @@ def test_a_warm_start_into_a_larger_k_keeps_what_the_prior_does(tmp_path):
     obs8 = np.concatenate([obs6, older], axis=1)
     a6, _ = narrow.predict(obs6, deterministic=True)
     a8, _ = wide.predict(obs8, deterministic=True)
+    assert np.abs(a6).max() < 0.99  # not saturated: a difference would show
     assert a8 == pytest.approx(a6, abs=1e-6)
     act = torch.as_tensor(a6)
     with torch.no_grad():
-        q6 = narrow.critic(torch.as_tensor(obs6), act)
-        q8 = wide.critic(torch.as_tensor(obs8), act)
-    for x, y in zip(q6, q8, strict=True):
-        assert y.numpy() == pytest.approx(x.numpy(), abs=1e-5)
+        for critic in ('critic', 'critic_target'):
+            q6 = getattr(narrow, critic)(torch.as_tensor(obs6), act)
+            q8 = getattr(wide, critic)(torch.as_tensor(obs8), act)
+            for x, y in zip(q6, q8, strict=True):
+                assert y.numpy() == pytest.approx(x.numpy(), abs=1e-5), critic
     # ...and the other way is refused by name: a k = 2 prior has no k = 0 form.
     out = tmp_path / 'k2'
     actor = random_actor(8, ACTION_SIZE, (64, 64), 50.0, action_history=2)
@@ -181,7 +238,11 @@ def test_a_fine_tune_at_k_2_runs_and_its_transitions_hold_the_actions_the_loop_a
     doc = yaml.safe_load((REPO / 'config' / 'finetune.yaml').read_text())
     doc['rip_control']['ros__parameters'].update(eval_every_episodes=0)  # every policy drives
     doc['rip_learner']['ros__parameters'].update(
-        learning_starts=32, batch_size=32, publish_every_s=0.5, critic_warmup_updates=40
+        learning_starts=32,
+        batch_size=32,
+        publish_every_steps=20,
+        publish_every_s=0.5,
+        critic_warmup_updates=40,
     )
     params = tmp_path / 'params.yaml'
     params.write_text(yaml.safe_dump(doc))
@@ -216,13 +277,20 @@ def test_a_fine_tune_at_k_2_runs_and_its_transitions_hold_the_actions_the_loop_a
     arrays, meta = buffer_store.load(
         run / run_files.BUFFER, rate_hz=50.0, obs_size=8, action_size=1
     )
-    assert meta.obs_size == 8 and meta.count >= 100
+    assert meta.count >= 100
     obs, nxt, act = arrays['observations'], arrays['next_observations'], arrays['actions']
     # Each transition's next observation: its own action, then the two its observation had.
     assert nxt[:, 5] == pytest.approx(act[:, 0], abs=1e-6)
     assert nxt[:, 6:8] == pytest.approx(obs[:, 5:7], abs=1e-6)
-    # The older actions are not all zero: the history really moves.
-    assert np.abs(nxt[:, 7]).max() > 0.05
+    # An episode starts with no history (each episode's step 0), and two steps on its
+    # oldest entry is the action applied two transitions before, in the same episode.
+    ep, step = arrays['episodes'], arrays['steps']
+    first = step == 0
+    assert first.sum() >= 2 and (obs[first, 5:] == 0).all(), obs[first]
+    later = np.flatnonzero((step[2:] == step[:-2] + 2) & (ep[2:] == ep[:-2])) + 2
+    assert len(later) >= 100
+    assert nxt[later, 7] == pytest.approx(act[later - 2, 0], abs=1e-6)
+    assert np.abs(act[:, 0]).max() > 0.05  # the actions moved: zeros would prove nothing
     # Policies the learner made (k = 2, as the node's) went live on the rig.
     versions = summary['policy_versions']
     assert max(versions) > min(versions), versions

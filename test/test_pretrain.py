@@ -8,15 +8,16 @@ import numpy as np
 import pytest
 import yaml
 
-from rip_control.params import parse_options
+from rip_control.params import parse_options, table_by_name
 from rip_control.policy import PolicyRejected, load_actor_file
 from rip_control.rig.dynamics import PendulumParams
-from rip_control.rig.env import ACTION_SIZE, OBS_SIZE, SimRotaryInvertedPendulumEnv, TaskConfig
+from rip_control.rig.env import ACTION_SIZE, SimRotaryInvertedPendulumEnv, TaskConfig, obs_size
 from rip_learner import pretrain
 from rip_learner.pretrain import Curriculum, CurriculumEnv, Randomization
 
 CONFIG = Path(__file__).resolve().parent.parent / 'config'
 REPO = CONFIG.parent
+NEW_K = table_by_name(pretrain.OPTIONS)['action_history'].default  # new pre-trainings' k
 SHIFTED = sorted(CONFIG.glob('rig_shifted_*.yaml'))
 
 
@@ -234,12 +235,20 @@ def test_a_tiny_pretraining_run_saves_a_policy_tagged_with_its_rate(tmp_path, ca
     assert len(summary['curve']) == 2 and (out / 'progress.csv').read_text().count('\n') == 3
     assert (out / 'learning_curve.png').stat().st_size > 1000
     actor = load_actor_file(
-        out / 'policy.safetensors', rate_hz=100.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+        out / 'policy.safetensors',
+        rate_hz=100.0,
+        obs_size=obs_size(NEW_K),
+        action_size=ACTION_SIZE,
+        action_history=NEW_K,
     )
     assert actor.meta.hidden_sizes == (16, 16)
     assert actor.metadata['trained_in'] == 'simulation'
     with pytest.raises(PolicyRejected, match='trained at 100 Hz but this node runs at 50 Hz'):
         load_actor_file(
-            out / 'policy.safetensors', rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+            out / 'policy.safetensors',
+            rate_hz=50.0,
+            obs_size=obs_size(NEW_K),
+            action_size=ACTION_SIZE,
+            action_history=NEW_K,
         )
     assert (out / 'sac_checkpoint.safetensors').exists()

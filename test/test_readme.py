@@ -26,11 +26,12 @@ from ros2_cli import argv, require_launch, sourced_env
 import yaml
 
 from rip_bench.identification import TOLERANCE, within
+from rip_control.params import table_by_name
 from rip_control.policy import load_actor_file
 from rip_control.procs import child_env
 from rip_control.rig.dynamics import PendulumParams
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
-from rip_learner import buffer_store
+from rip_learner import buffer_store, pretrain
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY = REPO / 'policies' / 'sim_50hz' / 'policy.safetensors'
@@ -354,8 +355,13 @@ def test_the_readme_wide_pretrain_command_randomises_with_the_wide_ranges(tmp_pa
     summary = json.loads((out / 'pretrain.json').read_text())
     assert summary['randomization_name'] == 'wide'
     assert summary['randomization']['sensing_latency_periods'] == [0.0, 1.25]
+    k = table_by_name(pretrain.OPTIONS)['action_history'].default  # new pre-trainings' k
     actor = load_actor_file(
-        out / 'policy.safetensors', rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+        out / 'policy.safetensors',
+        rate_hz=50.0,
+        obs_size=OBS_SIZE + k * ACTION_SIZE,
+        action_size=ACTION_SIZE,
+        action_history=k,
     )
     assert actor.metadata['domain_randomization'] == 'wide'
 

@@ -173,8 +173,8 @@ LAUNCH_ARGUMENTS = (
     ),
     LaunchArgument(
         'action_history',
-        'k: past actions (beyond the previous one) in the observation; must be the k the '
-        'policy was trained with (its file records it)',
+        'k: past actions (beyond the previous one) in the observation; not given: the k '
+        "the initial policy's file records (a typed or params-file value must equal it)",
         ((CONTROL, 'action_history'), (LEARNER, 'action_history')),
     ),
     LaunchArgument(
@@ -377,6 +377,10 @@ def plan(
     elif not control.get('policy') and not control.get('allow_random_policy'):
         control['policy'] = str(shipped_policy(rate_hz))
     learner['policy'] = control['policy']
+    if control['policy'] and not set_by_user(args, values, 'action_history'):
+        # Not typed and not in the params file: the k the initial policy was trained with.
+        k = recorded_action_history(str(control['policy']), int(control['action_history']))
+        control['action_history'] = learner['action_history'] = k
     preflight(control, learner, values, ports, learn)
     if learn:  # refused here, before anything starts, as the learner itself would refuse it
         from rip_learner.buffer_store import check_run_dir_is_free
@@ -424,6 +428,28 @@ def plan(
         specs.append(ProcessSpec('learner', 'learner_node', 'rip_learner', params=learner))
     specs.extend(controls)
     return specs, values
+
+
+def set_by_user(args: dict[str, str], values: dict[str, Any], name: str) -> bool:
+    """Whether ``name`` was typed as an argument or is in the params file."""
+    if name in given_arguments(args):
+        return True
+    if not values['params_file']:
+        return False
+    return any(name in s for s in read_params_file(Path(values['params_file'])).values())
+
+
+def recorded_action_history(policy: str, fallback: int) -> int:
+    """The ``action_history`` a policy file records (0 for files from before it existed).
+
+    ``fallback`` when the file cannot be read: :func:`preflight` then names the problem.
+    """
+    from rip_control.policy import read_metadata
+
+    try:  # PolicyRejected is a ValueError
+        return int(read_metadata(Path(policy).read_bytes()).get('action_history', '0'))
+    except (OSError, ValueError):
+        return fallback
 
 
 def resolve_auto_policy(run_dir: Path, rate_hz: float, guarded: bool = True) -> Path:

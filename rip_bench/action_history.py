@@ -47,6 +47,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
     """Re-train and deploy at each k; the record."""
+    from rip_bench.arms import deploy
     from rip_learner import pretrain
 
     runs = Path(a.runs_dir or tempfile.mkdtemp(prefix='rip_k_'))
@@ -75,7 +76,10 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         t0 = time.monotonic()
         summary = pretrain.pretrain(popts, log=lambda line: print(f'  {line}', flush=True))
         wall = time.monotonic() - t0
-        report = deploy_k(a, str(out / 'policy.safetensors'), runs, k)
+        # The node's k set to the policy's (the runner would take it from the file anyway).
+        extra = {'action_history': str(k)}
+        name = f'eval_k{k}_seed{a.seed}'
+        report = deploy(a, a.rig, str(out / 'policy.safetensors'), runs, name, extra)
         balances = [float(e['longest_balance_s']) for e in report['episodes']]
         print(f'k = {k}: deployed balance {np.mean(balances):.2f} s {balances}', flush=True)
         arms.append(
@@ -100,29 +104,6 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         'eval_seconds': a.eval_seconds,
         'arms': arms,
     }
-
-
-def deploy_k(a: argparse.Namespace, policy: str, runs: Path, k: int) -> Any:
-    """:func:`rip_bench.arms.deploy` with the node's ``action_history`` set to the policy's."""
-    from rip_control.evaluate import evaluate
-
-    print(f'-- evaluating k{k}: {policy} on {a.rig}', flush=True)
-    report = evaluate(
-        {
-            'policy': policy,
-            'rig_params': a.rig,
-            'rate': str(a.rate),
-            'action_history': str(k),
-            'episodes': str(a.eval_episodes),
-            'episode_seconds': str(a.eval_seconds),
-            'run_name': f'eval_k{k}_seed{a.seed}',
-            'runs_dir': str(runs),
-        },
-        stream_logs=False,
-    )
-    if report['failure']:
-        raise RuntimeError(f'evaluation at k={k} failed: {report["failure"]}')
-    return report
 
 
 def table(docs: list[dict[str, Any]]) -> str:

@@ -43,9 +43,17 @@ def arm_parameters(a: argparse.Namespace, runs: Path) -> tuple[Path, dict[str, A
     return path, learner
 
 
-def deploy(a: argparse.Namespace, rig: str, policy: str, runs: Path, run_name: str) -> Any:
+def deploy(
+    a: argparse.Namespace,
+    rig: str,
+    policy: str,
+    runs: Path,
+    run_name: str,
+    extra: dict[str, str] | None = None,
+) -> Any:
     """Evaluate ``policy`` on ``rig`` (``a.eval_episodes`` x ``a.eval_seconds``): the report.
 
+    :param extra: further runner arguments (``name`` -> text).
     :raises RuntimeError: the evaluation failed, with the reason.
     """
     from rip_control.evaluate import evaluate
@@ -60,6 +68,7 @@ def deploy(a: argparse.Namespace, rig: str, policy: str, runs: Path, run_name: s
             'episode_seconds': str(a.eval_seconds),
             'run_name': run_name,
             'runs_dir': str(runs),
+            **(extra or {}),
         },
         stream_logs=False,
     )

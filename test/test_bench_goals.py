@@ -242,6 +242,13 @@ def test_the_readmes_v5_tables_are_generated_from_the_committed_results() -> Non
     names = [f'v5_{rig}_seed{s}.json' for rig in ('nominal', 'worn', 'heavy') for s in (0, 1, 2)]
     assert table('v5-seeds', *names) in readme
     assert table('v5', 'v5_worn_256.json') in readme
+    assert table('v5-seeds', *(f'v5_mild_seed{s}.json' for s in (0, 1, 2))) in readme
+
+
+def test_the_readmes_action_history_table_is_generated_from_the_committed_results() -> None:
+    readme = (REPO / 'README.md').read_text()
+    runs = [f'action_history_stuck_seed{seed}.json' for seed in (0, 1, 2)]
+    assert table('action-history', *runs) in readme
 
 
 def test_the_table_command_names_a_bad_file(tmp_path, capsys) -> None:

@@ -497,44 +497,6 @@ def test_two_rigs_feed_one_learner_and_both_get_its_weights(tmp_path):
     assert sorted({row.split(',')[0] for row in rows[1:]}) == ['rig0', 'rig1']
 
 
-def _copied_params_file(tmp_path, **control):
-    """The shipped example params file, copied as a user would, with ``control`` set in it."""
-    doc = yaml.safe_load((REPO / 'config' / 'finetune.yaml').read_text())
-    doc['rip_control']['ros__parameters'].update(control)
-    path = tmp_path / 'my_rig.yaml'
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
-def test_a_params_files_episodes_and_length_stand_when_no_argument_is_typed(tmp_path):
-    import csv
-
-    path = _copied_params_file(tmp_path, episodes=1, episode_seconds=2.0)
-    cmd = [
-        sys.executable,
-        '-m',
-        'rip_control.finetune',
-        '--quiet',
-        f'params_file:={path}',
-        'run_name:=own',
-        f'runs_dir:={tmp_path / "runs"}',
-        f'emulator_link:={tmp_path / "rig"}',
-    ]
-    proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert 'episodes x 2.0 s' in proc.stdout and ', 1 episodes x' in proc.stdout, proc.stdout
-    summary = json.loads((tmp_path / 'runs' / 'own' / 'summary.json').read_text())
-    assert summary['episodes'] == 1, summary
-    with (tmp_path / 'runs' / 'own' / 'timing.csv').open(newline='') as f:
-        rows = [r for r in csv.DictReader(f) if r['kind'] == 'training']
-    assert len(rows) == 1, rows
-    # 2 s at 50 Hz: 100 policy ticks, fewer only if the arm limit ended one early (6 s, the
-    # default, would give 300); the guard's evaluation is as long.
-    with (tmp_path / 'runs' / 'own' / 'timing.csv').open(newline='') as f:
-        ticks = [int(r['n_ticks']) for r in csv.DictReader(f)]
-    assert max(ticks) == 100, ticks
-
-
 def test_an_operators_deactivate_ends_the_run_as_a_stop_motor_off_buffer_saved(tmp_path, ros_node):
     import threading
 

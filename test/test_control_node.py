@@ -279,8 +279,11 @@ def test_watchdog_trip_withdraws_the_strike_ticks_transitions_disengages_and_can
     assert 1 <= int(d['transitions_withdrawn']) <= 2, d
     _assert_accounted(col, d)  # and nothing withdrawn was published anyway
     assert len(col.transitions) >= 40, 'too few transitions before the stretch'
-    # The node turned the motor off at the trip, not the firmware deadman.
-    assert [cause for _, cause in rig.disengages()] == ['command']
+    # The node turned the motor off at the trip, not the firmware deadman. (A deadman may
+    # come before it: this VM's host stops a vCPU for ~100 ms now and then, past the
+    # firmware's deadman; a CI run saw ['deadman', 'command'] at 1.1 % steal.)
+    causes = [cause for _, cause in rig.disengages()]
+    assert causes[-1:] == ['command'] and causes.count('command') == 1, causes
     lines = len(rig.emulator.lines)
     assert rig.driver.change('activate')
     engaged = rig.emulator.wait_for_line('EVENT', 5.0, start=lines)

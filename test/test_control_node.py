@@ -545,8 +545,11 @@ def test_isolated_dropped_frames_cost_one_timeout_each_and_end_the_broken_episod
     print(f'{dropped} replies dropped, {timeouts} timeouts, {stale} stale replies')
     # One timeout per dropped frame (a reply merely late would add a stale one as well).
     assert dropped >= 8 and dropped <= timeouts <= dropped + stale, (dropped, d)
-    # And each cost that one failed tick only (nothing else failed after it).
-    assert int(d['serial_errors']) <= timeouts, d
+    # And each cost that one failed tick only (nothing else failed after it), but for a host
+    # stop: this VM's host stops a vCPU for ~100 ms now and then, the firmware's deadman trips
+    # and the next command is refused once (a CI run: 11 errors for 10 timeouts, 0.0 % steal).
+    deadman = sum(cause == 'deadman' for _, cause in rig.disengages())
+    assert int(d['serial_errors']) <= timeouts + deadman, (d, deadman)
     # An episode a timeout broke ended there (no terminal flag), and the next one began at
     # step 0 after a reset; none ran on across a timeout. A step missing from an episode (its
     # first ones included) is only ever a transition the loop dropped for its stretched dt (a

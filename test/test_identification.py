@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+import time
 
 import numpy as np
 import pytest
@@ -97,6 +98,36 @@ def test_records_break_where_the_chain_or_the_episode_breaks() -> None:
     records = identify.records_from_arrays(cut, 0.02, 8.0)
     assert [len(r.volts) for r in records] == [400, 399, n - 800]
     assert [r.from_rest for r in records] == [True, False, True]
+
+
+@pytest.mark.parametrize('scan', [True, False])
+def test_the_dead_zone_scan_leaves_a_basin_the_search_alone_stays_in(scan: bool) -> None:
+    """The scan finds a dead zone the search alone does not reach.
+
+    A search whose dead zone starts in the flat region below every voltage the moving arm saw
+    (on rig data in CI one ended at 1.50 V, another at 0.02 V, for the rig's 1.2 V) reaches
+    the rig's dead zone through the scan, and stays put without it.
+    """
+    from rip_bench.identification import simulated_recording
+
+    truth = PendulumParams.from_yaml(REPO / 'config' / 'rig_shifted_stuck.yaml')
+    arrays = simulated_recording(truth, seed=0, episodes=1)
+    win = identify.make_windows(
+        identify.records_from_arrays(arrays, 0.02, 8.0), 25, identify.LATENCY_PERIODS + 1, 5
+    )
+    fitted = [f if scan else replace(f, scan=0.0) for f in identify.FITTED]
+    space = identify._Space(fitted, truth, 0.02)
+    # Every other parameter right; a short search with a small step (10 generations).
+    opts = _opts(restarts=0, generations=10, initial_step=0.01)
+    start = space.start(replace(truth, motor_dead_zone_v=0.0))
+    lines: list[str] = []
+    x, _ = identify._search(space, win, start, opts, time.monotonic() + 300, lines.append)
+    found = space.params(x).motor_dead_zone_v
+    if scan:
+        assert abs(found - 1.2) <= 0.1, (found, lines)
+        assert any('from the best start and from motor_dead_zone_v 1.2' in x for x in lines)
+    else:
+        assert found < 0.5, (found, lines)  # the search alone: still in the flat region
 
 
 def test_a_parameter_the_data_does_not_determine_keeps_the_prior_and_is_named() -> None:

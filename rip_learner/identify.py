@@ -661,21 +661,22 @@ def _search(
     deadline: float,
     log: Callable[[str], object],
 ) -> tuple[np.ndarray, int]:
-    """The best point of several CMA-ES runs, and the evaluations they took.
+    """The best point a search finds, and the evaluations it took.
 
-    Runs from ``x0`` and from ``restarts`` seeded random starts; scans each stepped parameter
-    (:attr:`Fitted.scan`) over its whole range at the best of them, the others held; then
-    polishes, in lockstep, from that best and from the scan's best :data:`SCAN_CANDIDATES`
-    local minima that cost less, each run's first step :data:`POLISH_STEP` of the first and
-    its generations :data:`POLISH_GENERATIONS` of ``generations``.
+    CMA-ES runs from ``x0`` and from ``restarts`` seeded random starts; then a grid over each
+    stepped parameter's whole range (:attr:`Fitted.scan`) at the best of them, the others
+    held; then, in lockstep, polishing runs from the grid's best :data:`SCAN_CANDIDATES`
+    plateaus that cost less than that best, if any, each run's first step :data:`POLISH_STEP`
+    of the first and its generations :data:`POLISH_GENERATIONS` of ``generations``. The
+    cheapest point seen wins.
 
     The cost has flat regions and local minima. The dead zone's cost steps: it changes only
     where a commanded voltage falls between two candidate values while the arm moves, so a
     run can stop in the wrong basin with another parameter making up for it (on stuck-rig
-    data from the emulator, a run started at 1.6 V ended at 0.02 V; in CI one ended at
-    1.50 V, for the rig's 1.2 V; different seeds on one data set ended 0.1 V apart). The
-    scan finds the dead zone's basins for the rest of the fit, and the polish converges in
-    them: ``generations`` ends a broad run before it has.
+    data recorded from the emulator, a run started at 1.6 V ended at 0.02 V; in CI one
+    ended at 1.50 V, for the rig's 1.2 V; different seeds on one recording ended 0.1 V
+    apart). The grid finds the dead zone's plateaus for the rest of the fit, and the polish
+    lets the others follow.
     """
     rng = np.random.default_rng(opts['seed'])
     starts = [x0] + [rng.uniform(0.05, 0.95, len(x0)) for _ in range(opts['restarts'])]
@@ -684,34 +685,33 @@ def _search(
     )
     log('  ' + ', '.join(f'start {i + 1}: cost {c:.5g}' for i, c in enumerate(exact)))
     best = int(np.argmin(exact))
-    x, cost = finals[best], exact[best]
-    polish = [x]
+    seen = [(finals[best], exact[best])]
     for i, f in enumerate(space.fitted):
         if f.scan:
-            found, n = _scan(space, win, x, cost, i)
+            found, n = _scan(space, win, seen[0][0], seen[0][1], i)
             evaluations += n
-            polish += found
+            seen += found
             if found:
-                shown = ', '.join(f'{space.value(i, float(p[i])):.3g}' for p in found)
-                log(f'  scanned: polishing from the best start and from {f.name} {shown}')
-    polished, polished_cost, more = _lockstep(
-        space,
-        win,
-        polish,
-        opts['initial_step'] * POLISH_STEP,
-        {
-            **opts,
-            'seed': opts['seed'] + 7919 * len(starts),
-            'generations': max(1, round(opts['generations'] * POLISH_GENERATIONS)),
-        },
-        deadline,
-        log,
-    )
-    k = int(np.argmin(polished_cost))
-    log(f'  polished: cost {polished_cost[k]:.5g}')
-    if polished_cost[k] < cost:
-        return polished[k], evaluations + more
-    return x, evaluations + more
+                shown = ', '.join(f'{space.value(i, float(x[i])):.3g}' for x, _ in found)
+                log(f'  scanned {f.name}: polishing from {shown}')
+    if len(seen) > 1 and time.monotonic() < deadline:
+        polished, costs, more = _lockstep(
+            space,
+            win,
+            [x for x, _ in seen[1:]],
+            opts['initial_step'] * POLISH_STEP,
+            {
+                **opts,
+                'seed': opts['seed'] + 7919 * len(starts),
+                'generations': max(1, round(opts['generations'] * POLISH_GENERATIONS)),
+            },
+            deadline,
+            log,
+        )
+        evaluations += more
+        log(f'  polished: cost {min(costs):.5g}')
+        seen += list(zip(polished, costs, strict=True))
+    return min(seen, key=lambda xc: xc[1])[0], evaluations
 
 
 def _lockstep(
@@ -771,39 +771,49 @@ def _lockstep(
             log(f'    generation {generation}: cost {leader.result.fbest:.4g} | {shown}')
     else:
         log(f'  time_limit_s reached after {generation} generations')
-    finals = [np.asarray(es.result.xbest) for es in runs]
-    exact = [float(_cost(residuals([space.params(x)], win))[0]) for x in finals]
-    return finals, exact, evaluations + len(finals)
+    # Each run's best sample or its start, whichever costs less (CMA-ES never samples its
+    # start; a run the deadline stopped before its first generation has only that).
+    ends = [
+        np.asarray(start if es.result.xbest is None else es.result.xbest)
+        for es, start in zip(runs, starts, strict=True)
+    ]
+    both = _cost(residuals([space.params(x) for x in [*ends, *starts]], win))
+    n = len(runs)
+    finals = [ends[i] if both[i] <= both[n + i] else np.asarray(starts[i]) for i in range(n)]
+    exact = [float(min(both[i], both[n + i])) for i in range(n)]
+    return finals, exact, evaluations + 2 * n
 
 
-#: How many of a scan's local minima are polished.
+#: How many of a scan's plateaus are polished.
 SCAN_CANDIDATES = 2
 
 
 def _scan(
     space: _Space, win: Windows, x: np.ndarray, cost: float, i: int
-) -> tuple[list[np.ndarray], int]:
+) -> tuple[list[tuple[np.ndarray, float]], int]:
     """A grid over parameter ``i``'s range, the others held at ``x``.
 
-    Returns ``x`` with parameter ``i`` set to each of the grid's best
-    :data:`SCAN_CANDIDATES` local minima that cost less than ``x`` (``cost``), and the grid's
-    evaluations.
+    The cost of a stepped parameter is flat between steps: a run of equal costs on the grid
+    is one plateau, represented by its middle point. Returns ``x`` with parameter ``i`` set
+    to each of the best :data:`SCAN_CANDIDATES` plateaus lower than both neighbours that
+    cost less than ``cost`` (``x``'s), with their costs; and the grid's evaluations.
     """
     f = space.fitted[i]
     lo, hi = space.bounds[i]
-    values = np.arange(lo, hi + f.scan / 2, f.scan)
+    values = np.linspace(lo, hi, round((hi - lo) / f.scan) + 1)
     points = [x.copy() for _ in values]
     for point, value in zip(points, values, strict=True):
         point[i] = space.unit(i, float(value))
     costs = _cost(residuals([space.params(p) for p in points], win))
-    padded = np.concatenate([[np.inf], costs, [np.inf]])
-    minima = [
-        k
-        for k in range(len(costs))
-        if costs[k] < cost and costs[k] <= padded[k] and costs[k] <= padded[k + 2]
-    ]
-    minima.sort(key=lambda k: costs[k])
-    return [points[k] for k in minima[:SCAN_CANDIDATES]], len(points)
+    edges = [0, *(np.flatnonzero(np.diff(costs) != 0) + 1), len(costs)]
+    plateaus = []
+    for j, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+        left = costs[edges[j - 1]] if j > 0 else np.inf
+        right = costs[b] if b < len(costs) else np.inf
+        if costs[a] < min(left, right, cost):
+            plateaus.append((points[(a + b - 1) // 2], float(costs[a])))
+    plateaus.sort(key=lambda pc: pc[1])
+    return plateaus[:SCAN_CANDIDATES], len(points)
 
 
 def _uncertainty(space: _Space, win: Windows, best: PendulumParams) -> np.ndarray:

@@ -100,21 +100,25 @@ def test_records_break_where_the_chain_or_the_episode_breaks() -> None:
     assert [r.from_rest for r in records] == [True, False, True]
 
 
-@pytest.mark.parametrize('scan', [True, False])
-def test_the_dead_zone_scan_leaves_a_basin_the_search_alone_stays_in(scan: bool) -> None:
-    """The scan finds a dead zone the search alone does not reach.
-
-    A search whose dead zone starts in the flat region below every voltage the moving arm saw
-    (on rig data in CI one ended at 1.50 V, another at 0.02 V, for the rig's 1.2 V) reaches
-    the rig's dead zone through the scan, and stays put without it.
-    """
+def _stuck_windows() -> identify.Windows:
     from rip_bench.identification import simulated_recording
 
     truth = PendulumParams.from_yaml(REPO / 'config' / 'rig_shifted_stuck.yaml')
     arrays = simulated_recording(truth, seed=0, episodes=1)
-    win = identify.make_windows(
-        identify.records_from_arrays(arrays, 0.02, 8.0), 25, identify.LATENCY_PERIODS + 1, 5
-    )
+    records = identify.records_from_arrays(arrays, 0.02, 8.0)
+    return identify.make_windows(records, 25, identify.LATENCY_PERIODS + 1, 5)
+
+
+@pytest.mark.parametrize('scan', [True, False])
+def test_the_dead_zone_scan_leaves_a_basin_the_search_alone_stays_in(scan: bool) -> None:
+    """The scan finds a dead zone the search alone does not reach.
+
+    A search whose dead zone starts far below the rig's (on stuck-rig data recorded from the
+    emulator a run ended at 0.02 V, and in CI one at 1.50 V, for the rig's 1.2 V) reaches
+    it through the scan; the same short search without the scan stays where it started.
+    """
+    truth = PendulumParams.from_yaml(REPO / 'config' / 'rig_shifted_stuck.yaml')
+    win = _stuck_windows()
     fitted = [f if scan else replace(f, scan=0.0) for f in identify.FITTED]
     space = identify._Space(fitted, truth, 0.02)
     # Every other parameter right; a short search with a small step (10 generations).
@@ -123,11 +127,27 @@ def test_the_dead_zone_scan_leaves_a_basin_the_search_alone_stays_in(scan: bool)
     lines: list[str] = []
     x, _ = identify._search(space, win, start, opts, time.monotonic() + 300, lines.append)
     found = space.params(x).motor_dead_zone_v
+    cost = identify._cost(identify.residuals([space.params(x), space.params(start)], win))
+    assert cost[0] <= cost[1]  # never worse than where it started
     if scan:
         assert abs(found - 1.2) <= 0.1, (found, lines)
-        assert any('from the best start and from motor_dead_zone_v 1.2' in x for x in lines)
+        assert any('scanned motor_dead_zone_v: polishing from 1.2' in x for x in lines)
     else:
-        assert found < 0.5, (found, lines)  # the search alone: still in the flat region
+        assert found < 0.5, (found, lines)
+
+
+def test_a_search_out_of_time_ends_with_what_it_has() -> None:
+    """A search whose time limit has passed returns its start: no generation, no polish."""
+    truth = PendulumParams.from_yaml(REPO / 'config' / 'rig_shifted_stuck.yaml')
+    win = _stuck_windows()
+    space = identify._Space(list(identify.FITTED), truth, 0.02)
+    start = space.start(truth)
+    lines: list[str] = []
+    x, _ = identify._search(space, win, start, _opts(restarts=1), time.monotonic(), lines.append)
+    assert sum('time_limit_s reached after 0 generations' in x for x in lines) == 1
+    assert not any('polished' in x for x in lines)
+    cost = identify._cost(identify.residuals([space.params(x), space.params(start)], win))
+    assert cost[0] <= cost[1]
 
 
 def test_a_parameter_the_data_does_not_determine_keeps_the_prior_and_is_named() -> None:

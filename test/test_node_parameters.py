@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
@@ -20,12 +21,29 @@ from rip_control.procs import child_env
 pytestmark = pytest.mark.ros
 
 
+#: How long one request may go unanswered before it is sent again.
+RESEND_S = 5.0
+
+
 def _call(node, srv_type, name, request, timeout_s=10.0):
+    """The service's answer, within ``timeout_s``.
+
+    A request is sent again when ``RESEND_S`` pass unanswered: the service being discovered
+    (``wait_for_service``) does not mean the server has matched this client's reply reader
+    yet, and DDS drops a reply sent before that (a CI run: a bare node's get_parameters
+    unanswered for 60 s, the node up and discovered). Every call here is idempotent.
+    """
     client = node.create_client(srv_type, name)
     try:
         assert client.wait_for_service(timeout_sec=timeout_s), name
-        future = client.call_async(request)
-        rclpy.spin_until_future_complete(node, future, timeout_sec=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            future = client.call_async(request)
+            left = deadline - time.monotonic()
+            rclpy.spin_until_future_complete(node, future, timeout_sec=min(RESEND_S, left))
+            if future.done() or time.monotonic() >= deadline:
+                break
+            client.remove_pending_request(future)
         assert future.done(), f'{name} did not answer'
         return future.result()
     finally:

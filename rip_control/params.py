@@ -334,7 +334,7 @@ CONTROL_PARAMETERS = (
     Param(
         'excitation_episodes',
         0,
-        'excitation episodes (rip_control.rig.excitation: 16 s, pendulum hanging, for '
+        'excitation episodes (rip_control.rig.excitation: pendulum hanging, for '
         'rip_learner.identify) run before the first training episode, over every activation; '
         'not counted in episodes',
         0,

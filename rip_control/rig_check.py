@@ -9,7 +9,7 @@ the firmware deadman fed), prints the rig state twice a second, disengages, and 
 the measured loop rate and the serial round-trip latency (mean, p99, max).
 
 ``--excitation FILE`` then runs the excitation episode (:mod:`rip_control.rig.excitation`:
-16 s, the pendulum hanging, the arm centred, at most ``--max-action-v`` volts) in the control
+the pendulum hanging, the arm centred, at most ``--max-action-v`` volts) in the control
 loop the control node runs, and writes its transitions as a replay-buffer file for
 ``python -m rip_learner.identify buffer:=FILE out:=my_rig.yaml``. Every way out disengages.
 """

@@ -33,6 +33,8 @@ from rip_learner import identify
 
 REPO = Path(__file__).resolve().parents[1]
 RIGS = sorted((REPO / 'config').glob('rig_*.yaml'))
+#: The excitation's ticks at the shipped 50 Hz.
+EXCITATION_TICKS = round(ExcitationDesign().duration_s * 50)
 STUCK = REPO / 'config' / 'rig_shifted_stuck.yaml'
 
 
@@ -48,13 +50,15 @@ def test_the_design_refuses_what_is_not_short_or_well_formed_by_name() -> None:
         ExcitationDesign(ramp_s=10.0, chirp_s=8.0)
     with pytest.raises(ValueError, match='chirp_start_hz < chirp_end_hz'):
         ExcitationDesign(chirp_start_hz=5.0, chirp_end_hz=1.0)
+    with pytest.raises(ValueError, match='kick_s < ladder_cycle_s <= ladder_s'):
+        ExcitationDesign(kick_s=0.2, ladder_cycle_s=0.16)
 
 
 @pytest.mark.parametrize('rig', RIGS, ids=lambda p: p.stem)
 def test_the_excitation_is_deterministic_bounded_and_keeps_the_pendulum_hanging(rig: Path) -> None:
     task = TaskConfig.from_params(episode_seconds=20.0, max_action_v=6.0)
     ex = Excitation(ExcitationDesign(), task.rate_hz, task.max_action_v)
-    assert ex.steps == 800  # 16 s at 50 Hz
+    assert ex.steps == round(ex.design.duration_s * task.rate_hz)
     runs = []
     for _ in range(2):
         env = SimRotaryInvertedPendulumEnv(task, PendulumParams.from_yaml(rig))
@@ -90,13 +94,21 @@ def test_records_break_where_the_chain_or_the_episode_breaks() -> None:
     arrays = simulated_recording(PendulumParams(), seed=0, episodes=1, episode_seconds=1.0)
     n = len(arrays['rewards'])
     records = identify.records_from_arrays(arrays, 0.02, 8.0)
-    assert [(r.excitation, len(r.volts)) for r in records] == [(True, 800), (False, n - 800)]
+    assert [(r.excitation, len(r.volts)) for r in records] == [
+        (True, EXCITATION_TICKS),
+        (False, n - EXCITATION_TICKS),
+    ]
     assert all(r.from_rest for r in records)
     # A lost transition inside the excitation (its next observation is not the following
     # transition's observation) cuts it in two; neither half starts at rest.
-    cut = {k: np.delete(v, 400, axis=0) for k, v in arrays.items()}
+    half = EXCITATION_TICKS // 2
+    cut = {k: np.delete(v, half, axis=0) for k, v in arrays.items()}
     records = identify.records_from_arrays(cut, 0.02, 8.0)
-    assert [len(r.volts) for r in records] == [400, 399, n - 800]
+    assert [len(r.volts) for r in records] == [
+        half,
+        EXCITATION_TICKS - half - 1,
+        n - EXCITATION_TICKS,
+    ]
     assert [r.from_rest for r in records] == [True, False, True]
 
 

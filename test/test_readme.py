@@ -31,10 +31,13 @@ from rip_control.policy import load_actor_file
 from rip_control.procs import child_env
 from rip_control.rig.dynamics import PendulumParams
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+from rip_control.rig.excitation import ExcitationDesign
 from rip_learner import buffer_store, pretrain
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY = REPO / 'policies' / 'sim_50hz' / 'policy.safetensors'
+#: The excitation's ticks at the README's 50 Hz.
+EXCITATION_TICKS = round(ExcitationDesign().duration_s * 50)
 
 NOT_RUN = {
     'make test': 'it is the command that runs this test',
@@ -701,16 +704,17 @@ def test_the_readme_identification_commands_one_after_the_other(emulator, tmp_pa
     assert written and data.exists(), proc.stdout
     clean = written[2] is None  # no failed tick, no late transition (the host stops a vCPU)
     if clean:
-        assert int(written[1]) == 800, proc.stdout  # 16 s at 50 Hz
+        assert int(written[1]) == EXCITATION_TICKS, proc.stdout
     else:
-        assert 780 <= int(written[1]) <= 1600, proc.stdout
+        assert EXCITATION_TICKS - 20 <= int(written[1]) <= 2 * EXCITATION_TICKS, proc.stdout
     proc = run_readme(
         IDENTIFY,
         {'excitation.safetensors': str(data), 'my_rig.yaml': str(rig)},
         ['generations:=8', 'restarts:=0'],
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert 'identifying from 16.0 s of rig data' in proc.stdout or not clean, proc.stdout
+    seconds = ExcitationDesign().duration_s
+    assert f'identifying from {seconds:.1f} s of rig data' in proc.stdout or not clean, proc.stdout
     assert 'identification' in rig.read_text() and rig.with_suffix('.png').exists()
     out = tmp_path / 'my_rig_policy'
     proc = run_readme(
@@ -769,9 +773,11 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
     assert d['adapted_episodes_s'] == went_on
     assert phases['1_sim_retrain']['rig_seconds'] == 0.0
     assert s['rig_seconds'] == pytest.approx(sum(p['rig_seconds'] for p in s['phases']))
-    assert 26.0 < phases['0_baseline']['rig_seconds']  # the 16 s excitation and a 10 s episode
+    seconds = ExcitationDesign().duration_s + 10  # the excitation and a 10 s episode
+    assert seconds < phases['0_baseline']['rig_seconds']
     rows = (out / '0_baseline' / 'timing.csv').read_text().splitlines()
-    assert rows[1].startswith('0,800,') and rows[1].split(',')[-3] == 'excitation', rows
+    assert rows[1].startswith(f'0,{EXCITATION_TICKS},'), rows
+    assert rows[1].split(',')[-3] == 'excitation', rows
     assert s['rig_seconds'] < s['wall_seconds']
     # Identified from the excitation and the episode: the stuck rig's latency (30 ms) is seen.
     assert s['identified']['sensing_latency_s']['value'] > 0.02
@@ -783,11 +789,14 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
     assert source, ident
     baseline = json.loads((out / '0_baseline' / 'summary.json').read_text())
     if baseline['violation_restarts'] == baseline['serial_errors'] == 0:
-        # the excitation's 800 ticks and the 10 s episode's 500, nothing else
-        assert int(source[1]) == 1300, ident
-        assert 'identifying from 26.0 s of rig data (2 records, 1 of them excitation' in run.text
+        # the excitation's ticks and the 10 s episode's 500, nothing else
+        assert int(source[1]) == EXCITATION_TICKS + 500, ident
+        assert (
+            f'identifying from {seconds:.1f} s of rig data (2 records, 1 of them excitation'
+            in run.text
+        )
     else:  # a cut episode (the host stopped a vCPU) keeps what it recorded and runs again
-        assert int(source[1]) > 1300, ident
+        assert int(source[1]) > EXCITATION_TICKS + 500, ident
     # The acceptance: the stuck rig's physics, from an excitation and one episode, within
     # the goal's tolerances (dead zone 0.1 V, latency 3 ms, the rest 25 %), each determined.
     truth = PendulumParams.from_yaml(REPO / 'config' / 'rig_shifted_stuck.yaml')

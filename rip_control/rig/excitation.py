@@ -4,7 +4,7 @@ A short, deterministic, safe input that makes the rig's physics identifiable fro
 readings (:mod:`rip_learner.identify`).
 
 The pendulum hangs throughout; an arm-centring PD keeps the arm well inside its limit while a
-feed-forward voltage and a moving arm reference do the exciting, in three parts:
+feed-forward voltage and a moving arm reference do the exciting, in four parts:
 
 1. **Ramps** (``ramp_s``): the feed-forward voltage ramps slowly to ``+ramp_v``, back, to
    ``-ramp_v`` and back. The arm stands still until the voltage clears the dead zone and
@@ -14,8 +14,17 @@ feed-forward voltage and a moving arm reference do the exciting, in three parts:
    ``chirp_end_hz`` (exponentially), its amplitude falling with frequency. It passes the
    hanging pendulum's resonance once, quickly: gain, damping, the pendulum's length and
    mass through the arm's reaction, and the latency at the fast end.
-3. **Free swing** (the rest of ``duration_s``): 0 V, the motor engaged. The swing the chirp
-   left decays: the pendulum's damping, the arm's back-EMF braking.
+3. **Brake ladder** (``ladder_s``): cycles of ``ladder_cycle_s``, each a kick of ``kick_v`` for
+   ``kick_s`` (alternating in sign; it ends early once the arm turns at ``kick_speed_rad_s``)
+   and then, while the arm still moves the kick's way, a braking voltage against it: one rung
+   of a ladder from ``brake_low_v`` to ``brake_high_v`` per cycle, over a weak centring PD.
+   The dead zone only shows while the arm moves (a gated voltage below the breakaway leaves a
+   standing arm standing), and on a rig whose friction stops the arm in a few ticks the ramps
+   and the chirp give few such ticks: here every cycle coasts through a voltage of its own.
+   Braking, not driving, and kicks capped by speed, so a rig without friction stays as far
+   inside its limit as in the chirp.
+4. **Free swing** (the rest of ``duration_s``): 0 V, the motor engaged. The swing the chirp
+   and the kicks left decays: the pendulum's damping, the arm's back-EMF braking.
 
 Every action is a deterministic function of the tick and the reading, bounded to the
 configured ``max_action_v`` like any policy's action. The node runs it at the configured rate,
@@ -47,9 +56,18 @@ class ExcitationDesign:
         falls as 1/sqrt(f / chirp_start_hz).
     :param kp_v_per_rad: the centring PD's stiffness.
     :param kd_v_s_per_rad: the centring PD's damping.
+    :param ladder_s: part 3's length.
+    :param ladder_cycle_s: one kick and its braking.
+    :param kick_s: the kick's length.
+    :param kick_v: the kick's voltage.
+    :param kick_speed_rad_s: the arm speed at which a kick ends early.
+    :param brake_low_v: the braking voltage of part 3's first cycle.
+    :param brake_high_v: the braking voltage of part 3's last cycle.
+    :param ladder_kp_v_per_rad: part 3's centring stiffness.
+    :param ladder_kd_v_s_per_rad: part 3's centring damping.
     """
 
-    duration_s: float = 16.0
+    duration_s: float = 20.0
     ramp_s: float = 6.0
     ramp_v: float = 5.0
     chirp_s: float = 7.0
@@ -58,6 +76,15 @@ class ExcitationDesign:
     chirp_amplitude_rad: float = 0.5
     kp_v_per_rad: float = 8.0
     kd_v_s_per_rad: float = 0.15
+    ladder_s: float = 4.0
+    ladder_cycle_s: float = 0.16
+    kick_s: float = 0.06
+    kick_v: float = 5.0
+    kick_speed_rad_s: float = 6.0
+    brake_low_v: float = 0.3
+    brake_high_v: float = 2.7
+    ladder_kp_v_per_rad: float = 3.0
+    ladder_kd_v_s_per_rad: float = 0.05
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
@@ -69,10 +96,16 @@ class ExcitationDesign:
             raise ValueError(
                 f'ExcitationDesign.duration_s must be in (0, 20], got {self.duration_s!r}'
             )
-        if self.ramp_s + self.chirp_s > self.duration_s:
+        parts = self.ramp_s + self.chirp_s + self.ladder_s
+        if parts > self.duration_s:
             raise ValueError(
-                f'ExcitationDesign: ramp_s + chirp_s = {self.ramp_s + self.chirp_s:g} s '
+                f'ExcitationDesign: ramp_s + chirp_s + ladder_s = {parts:g} s '
                 f'exceeds duration_s = {self.duration_s:g} s'
+            )
+        if self.ladder_s > 0 and not 0 < self.kick_s < self.ladder_cycle_s <= self.ladder_s:
+            raise ValueError(
+                'ExcitationDesign: need 0 < kick_s < ladder_cycle_s <= ladder_s, got '
+                f'{self.kick_s!r}, {self.ladder_cycle_s!r}, {self.ladder_s!r}'
             )
         if not 0 < self.chirp_start_hz < self.chirp_end_hz:
             raise ValueError(
@@ -101,8 +134,31 @@ class ExcitationDesign:
         taper = min(1.0, tc / 0.5, (span - tc) / 0.5)  # no step at either end
         return taper * self.chirp_amplitude_rad * math.sqrt(f0 / freq) * math.sin(phase)
 
+    def ladder_v(self, t: float) -> float | None:
+        """Part 3's open-loop voltage at ``t`` (kick or brake), ``None`` outside part 3."""
+        tl = t - self.ramp_s - self.chirp_s
+        if tl < 0.0 or tl >= self.ladder_s:
+            return None
+        cycles = max(1, int(self.ladder_s / self.ladder_cycle_s))
+        cycle = min(int(tl / self.ladder_cycle_s), cycles - 1)
+        sign = 1.0 if cycle % 2 == 0 else -1.0
+        if tl - cycle * self.ladder_cycle_s < self.kick_s:
+            return sign * self.kick_v
+        rung = cycle / max(1, cycles - 1)
+        return -sign * (self.brake_low_v + rung * (self.brake_high_v - self.brake_low_v))
+
     def voltage(self, t: float, theta: float, theta_dot: float) -> float:
         """The commanded voltage at ``t`` for the arm's reading (before the rig's limit)."""
+        ladder = self.ladder_v(t)
+        if ladder is not None:
+            if abs(ladder) == self.kick_v:
+                if math.copysign(1.0, ladder) * theta_dot >= self.kick_speed_rad_s:
+                    ladder = 0.0  # fast enough (a rig without friction): coast
+            elif ladder * theta_dot >= 0.0:
+                ladder = 0.0  # the arm stopped or turned: brake no further
+            return (
+                ladder - self.ladder_kp_v_per_rad * theta - self.ladder_kd_v_s_per_rad * theta_dot
+            )
         if t >= self.ramp_s + self.chirp_s:
             return 0.0
         error = self.reference_rad(t) - theta

@@ -21,6 +21,12 @@ its own (``--help`` lists both); ``ros2 launch rip_control finetune.launch.py ad
    (:class:`rip_control.rt.gate.PolicyGate`, the control node's ``eval_margin`` and
    ``eval_balance_margin``): it drives the rest of the loop only if promoted. Judged as
    re-trained, before any update on the rig can move it.
+   With ``reidentify`` (the default) the physics is identified again from the baseline's
+   and the candidate's transitions (``reidentified_rig.yaml``, no rig time). When a
+   parameter moved by more than the identification counts as determined and the rig budget
+   has room for another deployment, phases ``2_sim_retrain_again`` and ``2_candidate_again``
+   re-train at the new file (warm from the first re-training) and judge that candidate
+   against the policy that goes on, by the same rule.
 5. ``3_finetune``, on the rig: SAC fine-tuning from the promoted policy (else the prior),
    its critics and the identified simulation's data (prior data) with it, the node's own
    guard on; its training episodes fill the rig-time budget that is left.
@@ -72,6 +78,13 @@ OPTIONS = (
         "a rig YAML to re-train at instead of identifying one (e.g. an earlier run's "
         'identified_rig.yaml); empty: identify from the excitation and the deployment',
     ),
+    Param(
+        'reidentify',
+        True,
+        "identify again from the baseline's and the candidate's transitions; when a parameter "
+        'moved by more than the identification counts as determined and the rig budget has '
+        "room for a second candidate's deployment, re-train at it and judge that candidate too",
+    ),
 )
 LAUNCH_SWITCH = Param(
     'adapt',
@@ -84,6 +97,8 @@ RUNNER_DEFAULTS = {'run_name': 'adapt'}
 OWN_BY_THE_LOOP = ('rig_seconds', 'episodes')
 """Runner arguments adapt sets itself, phase by phase: refused when typed."""
 PHASES = ('0_baseline', '1_sim_retrain', '2_candidate', '3_finetune', '4_deployment')
+AGAIN = ('2_sim_retrain_again', '2_candidate_again')
+"""The phases of the second re-training and its candidate (``reidentify``)."""
 SUMMARY = 'adapt_summary.json'
 PLOT = 'adapt.png'
 
@@ -340,6 +355,7 @@ def _loop(
     # 2. identification, from the transitions alone
     identified = a.run_dir / run_files.IDENTIFIED_RIG
     ident_summary: dict[str, Any] = {}
+    opts: dict[str, Any] = {}
     if own['identification']:
         atomic_write_bytes(identified, Path(own['identification']).read_bytes())
         a.log(f'identification: given, {own["identification"]}')
@@ -356,30 +372,10 @@ def _loop(
         result, _ = identify.run(opts, log=lambda line: a.log(line))
         ident_summary = result.summary()
     # 3. re-training in simulation, the rig idle
-    t0 = time.monotonic()
-    retrain_dir = a.run_dir / PHASES[1]
-    popts = {
-        **{p.name: p.default for p in pretrain.OPTIONS},
-        'rate': a.rate,
-        'out': str(retrain_dir),
-        'rig_params': str(identified),
-        'init': str(prior),
-        'randomization': 'identified' if not own['identification'] else 'standard',
-        'steps': own['retrain_steps'],
-        'time_limit_s': 60.0 * own['retrain_minutes'],
-        'seed': a.seed,
-        'action_history': k,
-        # warm: no curriculum from scratch, a short random start
-        'balance_steps': 0,
-        'ramp_steps': 0,
-        'learning_starts': 1000,
-    }
+    randomization = 'identified' if not own['identification'] else 'standard'
     if own['identification'] and 'identification:' not in identified.read_text():
-        popts['randomization'] = 'standard'
-    retrain = pretrain.pretrain(popts, log=lambda line: a.log(f'retrain: {line}'))
-    a.phases.append(
-        {'phase': PHASES[1], 'rig_seconds': 0.0, 'wall_seconds': time.monotonic() - t0}
-    )
+        randomization = 'standard'
+    retrain = _retrain(a, PHASES[1], identified, prior, k, randomization)
     # 4. the candidate on the rig, judged by the guard's rule against the prior's deployment
     live = load_actor_file(
         prior,
@@ -388,18 +384,26 @@ def _loop(
         action_size=ACTION_SIZE,
         action_history=k_prior,
     )
+    version = live.version + VERSION_GAP
     candidate = _versioned(
-        retrain_dir / run_files.POLICY, a.run_dir / 'candidate', live.version + VERSION_GAP, a.rate
+        a.run_dir / PHASES[1] / run_files.POLICY, a.run_dir / 'candidate', version, a.rate
     )
     judged = a.deploy(PHASES[2], candidate, excitation=False)
     verdict = _judge(a, base, judged)
-    a.log(
-        f'{PHASES[2]}: {verdict.kind}'
-        + (f' ({verdict.reason})' if verdict.reason else '')
-        + f': the loop goes on from the {"re-trained" if verdict.kind == "promoted" else "prior"}'
-        ' policy'
-    )
-    start = candidate if verdict.kind == 'promoted' else prior
+    _log_verdict(a, PHASES[2], verdict, 're-trained', 'prior')
+    start, start_report = (candidate, judged) if verdict.kind == 'promoted' else (prior, base)
+    # 4b. identification again, from every deployment so far; a second candidate if it moved
+    again: dict[str, Any] = {
+        'why': 'not run: '
+        + ('identification:= given' if own['identification'] else 'reidentify:=false')
+    }
+    if own['reidentify'] and not own['identification']:
+        again = _again(
+            a, opts, identified, k, randomization, version + VERSION_GAP, budget_s, start_report
+        )
+        if again.get('verdict') == 'promoted':
+            start, start_report = Path(again['policy']), again.pop('report')
+        again.pop('report', None)
     # 5. fine-tune on the rig from it, the guard on
     fine = finetune_within_budget(a, budget_s, start, finetune_run)
     if fine:
@@ -407,7 +411,7 @@ def _loop(
         deployed = resolve_auto_policy(a.run_dir / PHASES[3], a.rate, True)
         final = a.deploy(PHASES[4], deployed, excitation=False)
     else:  # not one episode fitted: what goes on is deployed and measured already
-        deployed, final = start, (judged if start == candidate else base)
+        deployed, final = start, start_report
     adapted = balances(final)
     summary = {
         'command': 'python -m rip_control.adapt',
@@ -431,14 +435,15 @@ def _loop(
             'best': retrain['best'],
         },
         'candidate': {
-            'policy_version': live.version + VERSION_GAP,
+            'policy_version': version,
             'verdict': verdict.kind,
             'reason': verdict.reason,
             'balance_s': _mean(balances(judged)),
             'episodes_s': balances(judged),
         },
+        'reidentification': again,
         'finetune': {
-            'start': 'candidate' if start == candidate else 'prior',
+            'start': {candidate: 'candidate', prior: 'prior'}.get(start, 'candidate_again'),
             'episodes': fine.get('episodes'),
             'evaluations': fine.get('evaluations', []),
             'live_policy_version': fine.get('live_policy_version'),
@@ -465,6 +470,155 @@ def _loop(
         f'{a.run_dir / SUMMARY}'
     )
     return summary
+
+
+def _retrain(
+    a: Adapt, name: str, rig_file: Path, init: Path, k: int, randomization: str
+) -> dict[str, Any]:
+    """Pre-train in simulation at ``rig_file``, warm from ``init``, the rig idle (no rig time)."""
+    from rip_learner import pretrain
+
+    t0 = time.monotonic()
+    popts = {
+        **{p.name: p.default for p in pretrain.OPTIONS},
+        'rate': a.rate,
+        'out': str(a.run_dir / name),
+        'rig_params': str(rig_file),
+        'init': str(init),
+        'randomization': randomization,
+        'steps': a.own['retrain_steps'],
+        'time_limit_s': 60.0 * a.own['retrain_minutes'],
+        'seed': a.seed,
+        'action_history': k,
+        # warm: no curriculum from scratch, a short random start
+        'balance_steps': 0,
+        'ramp_steps': 0,
+        'learning_starts': 1000,
+    }
+    result = pretrain.pretrain(popts, log=lambda line: a.log(f'retrain: {line}'))
+    a.phases.append({'phase': name, 'rig_seconds': 0.0, 'wall_seconds': time.monotonic() - t0})
+    return {
+        'steps': result['steps'],
+        'wall_s': result['wall_s'],
+        'stopped_by': result['stopped_by'],
+        'best': result['best'],
+    }
+
+
+def _log_verdict(a: Adapt, name: str, verdict: Any, promoted: str, otherwise: str) -> None:
+    went_on = promoted if verdict.kind == 'promoted' else otherwise
+    a.log(
+        f'{name}: {verdict.kind}'
+        + (f' ({verdict.reason})' if verdict.reason else '')
+        + f': the loop goes on from the {went_on} policy'
+    )
+
+
+def moved(estimates: list[Any]) -> dict[str, dict[str, float]]:
+    """The parameters a second identification moved from its prior (the first's values).
+
+    Those determined and moved by more than the identification counts as determined
+    (:meth:`rip_learner.identify.Fitted.tolerance`): name -> ``from``, ``to``, ``tolerance``.
+    """
+    from rip_learner.identify import FITTED
+
+    by_name = {f.name: f for f in FITTED}
+    out = {}
+    for e in estimates:
+        tolerance = by_name[e.name].tolerance(e.prior)
+        if e.determined and abs(e.value - e.prior) > tolerance:
+            out[e.name] = {'from': e.prior, 'to': e.value, 'tolerance': tolerance}
+    return out
+
+
+def reidentify(
+    run_dir: Path, opts: dict[str, Any], first: Path, log: Any = print
+) -> tuple[Any, Path]:
+    """The second identification: from the baseline's and the candidate's transitions.
+
+    ``opts`` are the first identification's; its result ``first`` is the prior (the start,
+    and the value kept for what the data does not determine). Writes
+    ``reidentified_rig.yaml`` in ``run_dir``; returns the result and that path.
+    """
+    from rip_learner import buffer_store, identify
+
+    rate = float(opts['rate_hz'])
+    records: list[Any] = []
+    parts = []
+    for name in (PHASES[0], PHASES[2]):
+        path = run_dir / name / run_files.EVALUATION_TRANSITIONS
+        arrays, meta = buffer_store.load(path, rate_hz=rate, obs_size=None, action_size=None)
+        # Each phase numbers its episodes from 0: the later phase's are the newer ones.
+        offset = 1 + max((r.episode for r in records), default=-1)
+        arrays = {**arrays, 'episodes': arrays['episodes'] + offset}
+        records += identify.records_from_arrays(arrays, 1.0 / rate, float(opts['max_action_v']))
+        parts.append(f'{path} ({meta.count} transitions)')
+    out = run_dir / run_files.REIDENTIFIED_RIG
+    return identify.run_records(
+        records,
+        'replay buffers ' + ' and '.join(parts),
+        {**opts, 'prior': str(first), 'out': str(out), 'buffer': '', 'run': ''},
+        log=log,
+    )
+
+
+def _again(
+    a: Adapt,
+    opts: dict[str, Any],
+    first: Path,
+    k: int,
+    randomization: str,
+    version: int,
+    budget_s: float,
+    against: dict[str, Any],
+) -> dict[str, Any]:
+    """Identify again from the baseline's and the candidate's transitions; maybe re-train.
+
+    A second candidate is re-trained (warm from the first re-training) and deployed only when
+    a parameter :func:`moved` and the rig budget has room for its deployment besides the final
+    one's reserve, and judged against ``against`` (the deployment of the policy that goes on)
+    by the guard's rule. Returns what happened (and, when deployed, ``report``).
+    """
+    done: dict[str, Any] = {'identified': None, 'moved': None, 'retrain': None, 'candidate': None}
+    needed = (1.0 + RESERVE_FACTOR) * a.phases[-1]['rig_seconds']
+    if budget_s - a.rig_s < needed:
+        done['why'] = (
+            f'not run: {max(budget_s - a.rig_s, 0):.0f} s of rig time are left, and a second '
+            f'candidate would need {needed:.0f} s with the final deployment'
+        )
+        a.log(f'identification again: {done["why"]}')
+        return done
+    result, out = reidentify(a.run_dir, opts, first, log=a.log)
+    done['identified'] = result.summary()['identified']
+    done['moved'] = shifted = moved(result.estimates)
+    if shifted:
+        done['why'] = f'{", ".join(shifted)} moved: re-trained at {out.name}'
+    else:
+        done['why'] = 'no parameter moved by more than it counts as determined'
+    a.log(f'identification again: {done["why"]}')
+    if shifted:
+        init = a.run_dir / PHASES[1] / run_files.POLICY
+        done['retrain'] = _retrain(a, AGAIN[0], out, init, k, randomization)
+        policy = _versioned(
+            a.run_dir / AGAIN[0] / run_files.POLICY,
+            a.run_dir / 'candidate_again',
+            version,
+            a.rate,
+        )
+        report = a.deploy(AGAIN[1], policy, excitation=False)
+        done['report'] = report
+        done['policy'] = str(policy)
+        verdict = _judge(a, against, report)
+        _log_verdict(a, AGAIN[1], verdict, 'second re-trained', 'same')
+        done['verdict'] = verdict.kind
+        done['candidate'] = {
+            'policy_version': version,
+            'verdict': verdict.kind,
+            'reason': verdict.reason,
+            'balance_s': _mean(balances(report)),
+            'episodes_s': balances(report),
+        }
+    return done
 
 
 def finetune_within_budget(

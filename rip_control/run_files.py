@@ -25,6 +25,7 @@ EVALUATION_TRACES = 'evaluation_traces.npz'
 EVALUATION_PLOT = 'evaluation.png'
 EVALUATION_TRANSITIONS = 'evaluation_transitions.safetensors'  # every transition it recorded
 IDENTIFIED_RIG = 'identified_rig.yaml'  # rip_learner.identify's rig description
+REIDENTIFIED_RIG = 'reidentified_rig.yaml'  # rip_control.adapt's second identification
 IDENTIFICATION_PLOT = 'identified_rig.png'  # ... its predicted-against-measured plot
 
 # -- a policy folder (policies/sim_50hz/, or pretrain's out:=) ------------------------------

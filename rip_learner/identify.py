@@ -1115,6 +1115,13 @@ def plot(path: Path, result: Identification, prior: PendulumParams, win: Windows
 def run(opts: dict[str, Any], log: Callable[[str], object] = print) -> tuple[Identification, Path]:
     """Load, identify, write the YAML (and the plot); return the result and the YAML's path."""
     records, source = load_records(opts)
+    return run_records(records, source, opts, log)
+
+
+def run_records(
+    records: list[Record], source: str, opts: dict[str, Any], log: Callable[[str], object] = print
+) -> tuple[Identification, Path]:
+    """:func:`run` on records already loaded (``source`` describes them)."""
     log(f'identify: {source}: {len(records)} unbroken records')
     if opts['prior']:
         prior, prior_name = PendulumParams.from_yaml(opts['prior']), str(opts['prior'])

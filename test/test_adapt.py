@@ -1,13 +1,23 @@
-"""rip_control.adapt's pure parts: the fine-tune's budget, the guard's verdict on the re-training.
+"""rip_control.adapt's parts: the fine-tune's budget, the guard's verdict, identifying again.
 
 The loop itself runs as the README types it (test_readme.py).
 """
 
 from __future__ import annotations
 
-import pytest
+from dataclasses import asdict, replace
+from pathlib import Path
 
+import pytest
+import yaml
+
+from rip_control import run_files
 from rip_control.adapt import Adapt, _episodes_that_fit, _judge
+from rip_control.params import defaults
+from rip_control.rig.dynamics import PendulumParams
+from rip_control.rig.excitation import ExcitationDesign
+
+STUCK = Path(__file__).resolve().parents[1] / 'config' / 'rig_shifted_stuck.yaml'
 
 
 def test_the_fine_tune_starts_only_if_an_episode_and_the_guards_evaluations_fit() -> None:
@@ -81,3 +91,142 @@ def test_what_the_loop_sets_for_each_phase_is_refused_when_typed(tmp_path, typed
     own, runner = split_arguments([typed, f'runs_dir:={tmp_path}'])
     with pytest.raises(ValueError, match=typed):
         Adapt(own, runner, stream=False)
+
+
+def _stuck_run(tmp_path: Path) -> Path:
+    """A run folder whose baseline and candidate recorded the stuck rig (in simulation).
+
+    The baseline: the excitation and an episode; the candidate: an episode of its own.
+    """
+    from rip_bench.identification import simulated_recording
+    from rip_control.adapt import PHASES
+    from rip_control.transitions import EXCITATION_VERSION
+    from rip_learner import buffer_store
+
+    truth = PendulumParams.from_yaml(STUCK)
+    baseline = simulated_recording(truth, seed=0, episodes=1)
+    deployed = simulated_recording(truth, seed=1, episodes=1)
+    keep = deployed['policy_versions'] != EXCITATION_VERSION
+    candidate = {k: v[keep] for k, v in deployed.items()}
+    candidate['episodes'] = candidate['episodes'] - 1  # its own numbering, from 0
+    run = tmp_path / 'run'
+    for phase, arrays in ((PHASES[0], baseline), (PHASES[2], candidate)):
+        n_obs, n = arrays['observations'].shape[1], len(arrays['rewards'])
+        (run / phase).mkdir(parents=True)
+        buffer_store.save(
+            run / phase / run_files.EVALUATION_TRANSITIONS,
+            arrays,
+            buffer_store.BufferMeta(50.0, n_obs, 1, n, 0),
+        )
+    return run
+
+
+@pytest.mark.parametrize('wrong', [True, False], ids=['dead_zone_wrong', 'right'])
+def test_the_second_identification_moves_what_the_first_got_wrong(tmp_path, wrong) -> None:
+    """Identified again from both deployments, starting at the first identification.
+
+    A first identification that missed the stuck rig's dead zone (0 V for 1.2 V) is moved
+    by the second, and only that parameter is reported moved; a right one is not moved.
+    """
+    from rip_control.adapt import moved, reidentify
+    from rip_learner import identify
+
+    run = _stuck_run(tmp_path)
+    truth = PendulumParams.from_yaml(STUCK)
+    first = tmp_path / 'first.yaml'
+    start = replace(truth, motor_dead_zone_v=0.0) if wrong else truth
+    first.write_text(yaml.safe_dump({'rig': asdict(start)}))
+    opts = {**defaults(identify.OPTIONS), 'rate_hz': 50.0, 'generations': 8, 'restarts': 0}
+    opts.update(plot=False)
+    lines: list[str] = []
+    result, out = reidentify(run, opts, first, log=lines.append)
+    assert out == run / run_files.REIDENTIFIED_RIG and out.exists()
+    assert any('2_candidate' in line and 'replay buffers' in line for line in lines), lines
+    # Every record of both: the excitation (20 s) and the baseline's and candidate's episodes.
+    assert result.seconds_of_data == pytest.approx(ExcitationDesign().duration_s + 20.0)
+    shifted = moved(result.estimates)
+    if wrong:
+        assert list(shifted) == ['motor_dead_zone_v'], shifted
+        assert shifted['motor_dead_zone_v']['from'] == 0.0
+        assert abs(shifted['motor_dead_zone_v']['to'] - 1.2) < 0.1, shifted
+    else:
+        assert shifted == {}, shifted
+
+
+class _Found:
+    """What reidentify returns, as far as _again reads it."""
+
+    def __init__(self, estimates: list) -> None:
+        self.estimates = estimates
+
+    def summary(self) -> dict:
+        return {'identified': {e.name: {'value': e.value} for e in self.estimates}}
+
+
+@pytest.mark.parametrize('case', ['moved', 'still', 'no_room'])
+def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budget_has_room(
+    loop, monkeypatch, case
+) -> None:
+    """The decision around the second identification (its fit: the test above).
+
+    The identification, the re-training and the deployment are stand-ins here (each has
+    tests of its own, and the loop runs as typed in test_readme): what is checked is which
+    of them run, with what, and the verdict against the deployment of what goes on.
+    """
+    from rip_control import adapt
+    from rip_learner.identify import Estimate
+
+    dead_zone = Estimate('motor_dead_zone_v', 0.0, 1.2 if case != 'still' else 0.05, 0.01, True)
+    friction = Estimate('arm_coulomb_friction_nm', 0.008, 0.0081, 1e-4, True)
+    calls: list[tuple] = []
+    monkeypatch.setattr(
+        adapt,
+        'reidentify',
+        lambda run_dir, opts, first, log: (
+            calls.append(('identify', first)) or _Found([dead_zone, friction]),
+            run_dir / run_files.REIDENTIFIED_RIG,
+        ),
+    )
+    monkeypatch.setattr(
+        adapt, '_retrain', lambda a, name, rig, init, k, rnd: calls.append((name, rig, init, k))
+    )
+    monkeypatch.setattr(adapt, '_versioned', lambda src, dst, version, rate: dst / 'p')
+    better = _report([440.0, 450.0], [8.4, 8.5])
+
+    def deploy(a, name, policy, excitation):
+        calls.append((name, policy))
+        a.phases.append({'phase': name, 'rig_seconds': 60.0})
+        return better
+
+    monkeypatch.setattr(Adapt, 'deploy', deploy)
+    loop.phases = [{'phase': adapt.PHASES[2], 'rig_seconds': 60.0}]
+    loop.rig_s = 200.0
+    budget = 200.0 + (2.1 * 60.0 if case != 'no_room' else 2.0 * 60.0)
+    first = loop.run_dir / run_files.IDENTIFIED_RIG
+    against = _report([330.0, 340.0], [0.4, 0.5])
+    done = adapt._again(loop, {}, first, 2, 'identified', 2001, budget, against)
+    if case == 'no_room':
+        assert calls == [] and done['why'].startswith('not run: '), done
+        assert 's of rig time are left' in done['why']
+        return
+    assert calls[0] == ('identify', first)
+    if case == 'still':
+        assert calls[1:] == [] and done['moved'] == {} and done['candidate'] is None, done
+        return
+    assert list(done['moved']) == ['motor_dead_zone_v']  # friction moved within its resolution
+    again = loop.run_dir / run_files.REIDENTIFIED_RIG
+    warm = loop.run_dir / adapt.PHASES[1] / run_files.POLICY
+    assert calls[1] == (adapt.AGAIN[0], again, warm, 2)
+    assert calls[2] == (adapt.AGAIN[1], loop.run_dir / 'candidate_again' / 'p')
+    assert done['verdict'] == 'promoted' and done['report'] is better
+    assert done['candidate']['policy_version'] == 2001
+    # Judged against what goes on: against a deployment as good, it is not promoted.
+    calls.clear()
+    as_good = _report([440.0, 450.0], [8.4, 8.5])
+    worse_than = adapt._again(
+        loop, {}, first, 2, 'identified', 2001, 1e9, _report([900.0] * 2, [9.9] * 2)
+    )
+    assert worse_than['verdict'] == 'rejected', worse_than
+    assert (
+        adapt._again(loop, {}, first, 2, 'identified', 2001, 1e9, as_good)['verdict'] == 'promoted'
+    )

@@ -24,6 +24,7 @@ from rip_control.rig.dynamics import PendulumParams
 from rip_control.rig.env import (
     ACTION_SIZE,
     OBS_SIZE,
+    VELOCITY_SCALE,
     SimRotaryInvertedPendulumEnv,
     TaskConfig,
 )
@@ -52,33 +53,90 @@ def test_the_design_refuses_what_is_not_short_or_well_formed_by_name() -> None:
         ExcitationDesign(chirp_start_hz=5.0, chirp_end_hz=1.0)
     with pytest.raises(ValueError, match='kick_s < ladder_cycle_s <= ladder_s'):
         ExcitationDesign(kick_s=0.2, ladder_cycle_s=0.16)
+    with pytest.raises(ValueError, match='kick_s < ladder_cycle_s <= ladder_s'):
+        ExcitationDesign(ladder_cycle_s=5.0)
+
+
+def _excite(rig: Path) -> dict[str, np.ndarray]:
+    """The excitation in simulation at ``rig``'s physics, the shipped motor limit: per tick."""
+    design = ExcitationDesign()
+    task = TaskConfig.from_params(episode_seconds=design.duration_s)
+    ex = Excitation(design, task.rate_hz, task.max_action_v)
+    env = SimRotaryInvertedPendulumEnv(task, PendulumParams.from_yaml(rig))
+    obs, _ = env.reset(seed=3)
+    rows = []
+    for step in range(ex.steps):
+        a = ex.action(step, obs)
+        theta, theta_dot = float(obs[0]), float(obs[3]) / VELOCITY_SCALE
+        obs, _, terminated, _, info = env.step(a)
+        rows.append((step * ex.period_s, theta, theta_dot, float(a[0]), info['phi']))
+        assert not terminated, f'{rig.stem}: the excitation ended at the arm limit at tick {step}'
+    t, theta, theta_dot, action, phi = (np.array(c) for c in zip(*rows, strict=True))
+    return {
+        't': t,
+        'theta': theta,
+        'theta_dot': theta_dot,
+        'action': action,
+        'volts': action * task.max_action_v,
+        'phi': phi,
+        'arm_limit': np.full(len(t), task.arm_limit_rad),
+    }
 
 
 @pytest.mark.parametrize('rig', RIGS, ids=lambda p: p.stem)
 def test_the_excitation_is_deterministic_bounded_and_keeps_the_pendulum_hanging(rig: Path) -> None:
-    task = TaskConfig.from_params(episode_seconds=20.0, max_action_v=6.0)
-    ex = Excitation(ExcitationDesign(), task.rate_hz, task.max_action_v)
-    assert ex.steps == round(ex.design.duration_s * task.rate_hz)
-    runs = []
-    for _ in range(2):
-        env = SimRotaryInvertedPendulumEnv(task, PendulumParams.from_yaml(rig))
-        obs, _ = env.reset(seed=3)
-        actions, thetas, phis = [], [], []
-        for step in range(ex.steps):
-            a = ex.action(step, obs)
-            obs, _, terminated, _, info = env.step(a)
-            actions.append(float(a[0]))
-            thetas.append(info['theta'])
-            phis.append(info['phi'])
-            assert not terminated, f'{rig.stem}: the excitation ended at the arm limit'
-        runs.append(np.array(actions))
-    np.testing.assert_array_equal(runs[0], runs[1])  # the same readings give the same input
-    assert np.abs(runs[0]).max() <= 1.0  # the configured motor limit, as any policy's action
+    runs = [_excite(rig) for _ in range(2)]
+    np.testing.assert_array_equal(runs[0]['action'], runs[1]['action'])  # same readings, input
+    run = runs[0]
+    assert np.abs(run['action']).max() <= 1.0  # the configured motor limit, as any policy's
     # ... and it does excite: beyond the stuck rig's dead zone (1.2 V) and stiction (1.9 V)
-    assert np.abs(runs[0]).max() * task.max_action_v > 2.5
-    assert np.abs(thetas).max() < 0.5 * task.arm_limit_rad
-    hanging = np.abs(np.abs(np.array(phis)) - np.pi)  # phi is 0 upright, +/-pi hanging
+    assert np.abs(run['volts']).max() > 2.5
+    assert np.abs(run['theta']).max() < 0.5 * run['arm_limit'][0]
+    hanging = np.abs(np.abs(run['phi']) - np.pi)  # phi is 0 upright, +/-pi hanging
     assert hanging.max() < 0.5 * np.pi, f'{rig.stem}: the pendulum swung up'
+
+
+def test_the_brake_ladder_brakes_a_moving_arm_through_the_dead_zone_and_caps_its_kicks() -> None:
+    """Part 3 does what it is there for.
+
+    On the stuck rig it commands many different voltages inside the 1.2 V dead zone while the
+    arm still moves (a standing arm does not show the dead zone); on the nominal rig, which
+    has no friction, the speed cap cuts kicks short.
+    """
+    design = ExcitationDesign()
+    first = design.ramp_s + design.chirp_s
+    assert (
+        design.ladder_v(first - 1e-6) is None and design.ladder_v(first + design.ladder_s) is None
+    )
+    kicks = [design.ladder_v(first + c * design.ladder_cycle_s) for c in range(4)]
+    assert [k for k, _ in kicks] == ['kick'] * 4 and [v > 0 for _, v in kicks] == [1, 0, 1, 0]
+    brakes = [design.ladder_v(first + (c + 0.9) * design.ladder_cycle_s) for c in range(25)]
+    assert all(k == 'brake' for k, _ in brakes)
+    rungs = [abs(v) for _, v in brakes]
+    assert rungs == sorted(rungs) and rungs[0] < 0.5 and rungs[-1] > 2.5  # a ladder, upwards
+
+    def ladder(run: dict[str, np.ndarray]) -> np.ndarray:
+        return (run['t'] >= first) & (run['t'] < first + design.ladder_s)
+
+    stuck = _excite(STUCK)
+    inside = ladder(stuck) & (np.abs(stuck['theta_dot']) > 1.0) & (np.abs(stuck['volts']) < 1.2)
+    assert len(np.unique(np.round(np.abs(stuck['volts'][inside]), 2))) >= 10, inside.sum()
+    # Before the ladder the same excitation gives few such ticks (why the ladder is there).
+    before = (stuck['t'] < first) & (np.abs(stuck['theta_dot']) > 1.0)
+    before &= (np.abs(stuck['volts']) < 1.2) & (np.abs(stuck['volts']) > 0.3)
+    assert before.sum() < inside.sum()
+
+    nominal = _excite(REPO / 'config' / 'rig_qube_servo2.yaml')
+    capped = 0
+    for t, theta, theta_dot, volts in zip(
+        nominal['t'], nominal['theta'], nominal['theta_dot'], nominal['volts'], strict=True
+    ):
+        part = design.ladder_v(float(t))
+        if part is not None and part[0] == 'kick':
+            uncapped = part[1] - design.ladder_kp_v_per_rad * theta
+            uncapped -= design.ladder_kd_v_s_per_rad * theta_dot
+            capped += abs(uncapped) < 7.5 and abs(volts - uncapped) > 0.5  # not the limit
+    assert capped > 0
 
 
 # -- the fit on simulated data (fast, no rig) -------------------------------------------------

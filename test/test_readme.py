@@ -813,3 +813,6 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
     assert ident['prior'].startswith('QUBE-Servo 2 defaults'), ident
     assert (out / 'identified_rig.yaml').exists() and (out / 'adapt.png').exists()
     assert 'not one episode fits' in run.text
+    # No rig time left for a second candidate: no second identification either.
+    assert 's of rig time are left' in s['reidentification']['why'], s['reidentification']
+    assert not (out / 'reidentified_rig.yaml').exists()

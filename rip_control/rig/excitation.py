@@ -134,8 +134,8 @@ class ExcitationDesign:
         taper = min(1.0, tc / 0.5, (span - tc) / 0.5)  # no step at either end
         return taper * self.chirp_amplitude_rad * math.sqrt(f0 / freq) * math.sin(phase)
 
-    def ladder_v(self, t: float) -> float | None:
-        """Part 3's open-loop voltage at ``t`` (kick or brake), ``None`` outside part 3."""
+    def ladder_v(self, t: float) -> tuple[str, float] | None:
+        """Part 3's open-loop input at ``t``: ``('kick', V)``, ``('brake', V)`` or ``None``."""
         tl = t - self.ramp_s - self.chirp_s
         if tl < 0.0 or tl >= self.ladder_s:
             return None
@@ -143,21 +143,21 @@ class ExcitationDesign:
         cycle = min(int(tl / self.ladder_cycle_s), cycles - 1)
         sign = 1.0 if cycle % 2 == 0 else -1.0
         if tl - cycle * self.ladder_cycle_s < self.kick_s:
-            return sign * self.kick_v
+            return 'kick', sign * self.kick_v
         rung = cycle / max(1, cycles - 1)
-        return -sign * (self.brake_low_v + rung * (self.brake_high_v - self.brake_low_v))
+        return 'brake', -sign * (self.brake_low_v + rung * (self.brake_high_v - self.brake_low_v))
 
     def voltage(self, t: float, theta: float, theta_dot: float) -> float:
         """The commanded voltage at ``t`` for the arm's reading (before the rig's limit)."""
         ladder = self.ladder_v(t)
         if ladder is not None:
-            if abs(ladder) == self.kick_v:
-                if math.copysign(1.0, ladder) * theta_dot >= self.kick_speed_rad_s:
-                    ladder = 0.0  # fast enough (a rig without friction): coast
-            elif ladder * theta_dot >= 0.0:
-                ladder = 0.0  # the arm stopped or turned: brake no further
+            kind, volts = ladder
+            if kind == 'kick' and math.copysign(1.0, volts) * theta_dot >= self.kick_speed_rad_s:
+                volts = 0.0  # fast enough (a rig without friction): coast
+            elif kind == 'brake' and volts * theta_dot >= 0.0:
+                volts = 0.0  # the arm stopped or turned: brake no further
             return (
-                ladder - self.ladder_kp_v_per_rad * theta - self.ladder_kd_v_s_per_rad * theta_dot
+                volts - self.ladder_kp_v_per_rad * theta - self.ladder_kd_v_s_per_rad * theta_dot
             )
         if t >= self.ramp_s + self.chirp_s:
             return 0.0

@@ -741,6 +741,7 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
     emulator has started: nothing but the emulator may need it, and the identification gets
     nothing but the transitions.
     """
+    episode_s = 5  # each deployment's one episode
     rig = tmp_path / 'rig_shifted_stuck.yaml'
     shutil.copy(REPO / 'config' / 'rig_shifted_stuck.yaml', rig)
     args = argv(ADAPT.replace('config/rig_shifted_stuck.yaml', str(rig))) + [
@@ -748,7 +749,7 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
         'retrain_minutes:=0.2',
         'retrain_steps:=600',
         'deployment_episodes:=1',
-        'deployment_episode_seconds:=10',
+        f'deployment_episode_seconds:={episode_s}',
         f'runs_dir:={tmp_path / "runs"}',
         '--quiet',
     ]
@@ -773,7 +774,7 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
     assert d['adapted_episodes_s'] == went_on
     assert phases['1_sim_retrain']['rig_seconds'] == 0.0
     assert s['rig_seconds'] == pytest.approx(sum(p['rig_seconds'] for p in s['phases']))
-    seconds = ExcitationDesign().duration_s + 10  # the excitation and a 10 s episode
+    seconds = ExcitationDesign().duration_s + episode_s  # the excitation and an episode
     assert seconds < phases['0_baseline']['rig_seconds']
     rows = (out / '0_baseline' / 'timing.csv').read_text().splitlines()
     assert rows[1].startswith(f'0,{EXCITATION_TICKS},'), rows
@@ -789,14 +790,14 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
     assert source, ident
     baseline = json.loads((out / '0_baseline' / 'summary.json').read_text())
     if baseline['violation_restarts'] == baseline['serial_errors'] == 0:
-        # the excitation's ticks and the 10 s episode's 500, nothing else
-        assert int(source[1]) == EXCITATION_TICKS + 500, ident
+        # the excitation's ticks and the episode's, nothing else
+        assert int(source[1]) == EXCITATION_TICKS + episode_s * 50, ident
         assert (
             f'identifying from {seconds:.1f} s of rig data (2 records, 1 of them excitation'
             in run.text
         )
     else:  # a cut episode (the host stopped a vCPU) keeps what it recorded and runs again
-        assert int(source[1]) > EXCITATION_TICKS + 500, ident
+        assert int(source[1]) > EXCITATION_TICKS + episode_s * 50, ident
     # The acceptance: the stuck rig's physics, from an excitation and one episode, within
     # the goal's tolerances (dead zone 0.1 V, latency 3 ms, the rest 25 %), each determined.
     truth = PendulumParams.from_yaml(REPO / 'config' / 'rig_shifted_stuck.yaml')

@@ -589,7 +589,9 @@ def _again(
         a.log(f'identification again: {done["why"]}')
         return done
     result, out = reidentify(a.run_dir, opts, first, log=a.log)
-    done['identified'] = result.summary()['identified']
+    found = result.summary()
+    done['identified'] = found['identified']
+    done.update(seconds_of_data=found['seconds_of_data'], wall_s=found['wall_s'])
     done['moved'] = shifted = moved(result.estimates)
     if shifted:
         done['why'] = f'{", ".join(shifted)} moved: re-trained at {out.name}'

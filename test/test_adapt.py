@@ -160,7 +160,8 @@ class _Found:
         self.estimates = estimates
 
     def summary(self) -> dict:
-        return {'identified': {e.name: {'value': e.value} for e in self.estimates}}
+        identified = {e.name: {'value': e.value} for e in self.estimates}
+        return {'identified': identified, 'seconds_of_data': 120.0, 'wall_s': 1.0}
 
 
 @pytest.mark.parametrize('case', ['moved', 'still', 'no_room'])

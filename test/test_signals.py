@@ -401,3 +401,48 @@ def test_a_signal_while_the_rig_is_open_and_activating_ends_with_the_nodes_own_d
 
 def _motor_events(emulator) -> list[str]:
     return [w for _, w in emulator.events() if w.startswith(('engaged', 'disengaged'))]
+
+
+# A stop whose raise code caught by mistake (a finaliser, a C extension's callback, an
+# ``except BaseException``) swallowed, in the supervisor's first wait: the supervisor's own
+# waits must raise it again. Without that it waited the whole services timeout (60 s) and,
+# watching ``episodes:=0`` under launch, forever (seen once in CI: killed by SIGKILL).
+_SWALLOWING_SUPERVISOR = """
+import os, signal, sys, time
+import rclpy
+from rip_control.run import supervisor
+
+real_spin_once = rclpy.spin_once
+swallowed = []
+
+def spin_once(*args, **kwargs):
+    if not swallowed:
+        swallowed.append(True)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5.0)  # the handler raises StopRequested in here
+        except KeyboardInterrupt:
+            print('swallowed the stop', flush=True)
+    return real_spin_once(*args, **kwargs)
+
+rclpy.spin_once = spin_once
+sys.exit(supervisor.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.ros
+def test_the_supervisor_ends_on_a_stop_whose_raise_was_swallowed():
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, '-c', _SWALLOWING_SUPERVISOR, f'controls:=/rip_nobody_{os.getpid()}'],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    took = time.monotonic() - started
+    out = proc.stdout + proc.stderr
+    assert 'swallowed the stop' in out, out
+    assert proc.returncode == 0, out  # the signal's exit, not "never offered its services" (1)
+    assert took < 30.0, (took, out)  # not the 60 s services timeout
+    assert 'Traceback' not in out, out

@@ -477,12 +477,17 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopSignals().install()  # first, before anything a signal could interrupt
     try:
         with stop.interruptible():
-            return _main(list(sys.argv[1:] if argv is None else argv))
+            return _main(list(sys.argv[1:] if argv is None else argv), stop.check)
     except KeyboardInterrupt:  # each control node disengages on its own signal
         return 0
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], check: Callable[[], None]) -> int:
+    """The program's work; ``check`` raises for a stop whose first raise Python swallowed.
+
+    (In a finaliser, say.) Every wait calls it, so such a stop still ends the run instead of
+    leaving the supervisor watching forever (``episodes:=0``) until it is killed.
+    """
     import os
 
     ros_args = argv[argv.index('--ros-args') :] if '--ros-args' in argv else []
@@ -499,7 +504,7 @@ def _main(argv: list[str]) -> int:
     rclpy.init(args=['--ros-args', *ros_args[1:]], signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node(f'rip_supervisor_{os.getpid()}')
     log = node.get_logger()
-    sup = Supervisor(node, controls, opts['learn'], opts['violation_restarts'], log.info)
+    sup = Supervisor(node, controls, opts['learn'], opts['violation_restarts'], log.info, check)
     try:
         sup.start(60.0, opts['match_timeout_s'])
         sup.run_episodes(opts['episodes'], rig_seconds=opts['rig_seconds'])

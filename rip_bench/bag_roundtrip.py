@@ -44,10 +44,10 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         t = Transition(
             i // 300,
             i % 300,
-            rng.standard_normal(OBS_SIZE).astype(np.float32),
+            rng.uniform(-1, 1, OBS_SIZE).astype(np.float32),  # inside the task's spaces
             rng.uniform(-1, 1, ACTION_SIZE).astype(np.float32),
-            float(rng.standard_normal()),
-            rng.standard_normal(OBS_SIZE).astype(np.float32),
+            float(rng.uniform(-0.25, 1)),
+            rng.uniform(-1, 1, OBS_SIZE).astype(np.float32),
             False,
             i % 300 == 299,
             period + float(rng.normal(0.0, 1e-4)),

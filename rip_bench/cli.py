@@ -150,23 +150,31 @@ def run_measured(benchmark: Benchmark, args: argparse.Namespace) -> dict[str, An
 def code_version() -> str:
     """The code version a record measured.
 
-    ``git describe --always --dirty`` of the checkout the benchmark runs from ('unknown'
-    outside a git checkout): which code a record measured.
+    The commit of the checkout the benchmark runs from (``git describe --always``), with
+    ``-dirty`` when a tracked file outside ``bench/results/`` differs from it: the results of
+    earlier runs (a seed loop writes them one by one) are not code. 'unknown' outside a git
+    checkout.
     """
     import subprocess
 
-    try:
-        out = subprocess.run(
-            ['git', 'describe', '--always', '--dirty'],
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ['git', *args],
             cwd=Path(__file__).resolve().parent,
             capture_output=True,
             text=True,
             timeout=10,
             check=True,
+        ).stdout.strip()
+
+    try:
+        commit = git('describe', '--always')
+        changed = git(
+            'status', '--porcelain', '--untracked-files=no', '--', ':/', ':!/bench/results'
         )
     except (OSError, subprocess.SubprocessError):
         return 'unknown'
-    return out.stdout.strip() or 'unknown'
+    return (commit + ('-dirty' if changed else '')) if commit else 'unknown'
 
 
 def write_record(path: str, record: dict[str, Any]) -> None:

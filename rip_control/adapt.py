@@ -34,13 +34,14 @@ its own (``--help`` lists both); ``ros2 launch rip_control finetune.launch.py ad
    when not one fine-tune episode fitted the budget: the policy that goes on was deployed
    in phase 1 or 4 already, and that deployment is the result).
 
-On the emulated rig (no ``serial_port``) one emulator plays the rig for every phase: only
-that process reads ``rig_params``, once, at its start; nothing but the rig's transitions
-reaches the identification. ``adapt_summary.json`` in the run folder records ``rig_seconds``
-(engaged or resetting: excitation, evaluations, training episodes, resets), ``wall_seconds``,
-``identified`` (name -> value and uncertainty), ``deployment`` (``prior_balance_s``,
-``adapted_balance_s`` and their per-episode lists) and each phase; ``adapt.png`` plots the
-balance against the rig time.
+On the emulated rig (no ``serial_port``) one emulator plays the rig for every phase. Only the
+emulator's program reads ``rig_params``: its check of the file before anything starts
+(``--check``) and the emulator itself, once, at its start, each a process of its own; nothing
+but the rig's transitions reaches the identification. ``adapt_summary.json`` in the run
+folder records ``rig_seconds`` (engaged or resetting: excitation, evaluations, training
+episodes, resets), ``wall_seconds``, ``identified`` (name -> value and uncertainty),
+``deployment`` (``prior_balance_s``, ``adapted_balance_s`` and their per-episode lists) and
+each phase; ``adapt.png`` plots the balance against the rig time.
 """
 
 from __future__ import annotations

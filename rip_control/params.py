@@ -299,6 +299,12 @@ ACTION_HISTORY = Param(
 )
 _RUN_NAME = Param('run_name', 'default', 'outputs under runs/<run_name>')
 _RUNS_DIR = Param('runs_dir', 'runs', 'parent directory of runs')
+_RUN_ID = Param(
+    'run_id',
+    '',
+    "the run's identity: weights and transitions tagged with another are refused, counted "
+    "('': take any; the runner and the launch file give each run a fresh one)",
+)
 
 CONTROL_PARAMETERS = (
     _RATE_HZ,
@@ -341,6 +347,14 @@ CONTROL_PARAMETERS = (
         10,
     ),
     Param('max_action_v', 8.0, 'volts at action +/-1', 0.1, 24.0),
+    Param(
+        'max_deadman_ms',
+        200,
+        "configure refuses a rig whose firmware deadman is longer (the motor's time driven "
+        'after the host stalls)',
+        10,
+        2000,
+    ),
     Param('arm_limit_rad', 1.6, 'episode ends beyond this arm angle', 0.1, 3.14),
     _POLICY,
     Param('allow_random_policy', False, 'activate with an untrained actor'),
@@ -396,6 +410,7 @@ CONTROL_PARAMETERS = (
     ),
     _RUN_NAME,
     _RUNS_DIR,
+    _RUN_ID,
     Param('control_cpu', -1, 'CPU of the real-time control process (-1: the last one)', -1, 4095),
     Param(
         'fifo_priority', 80, 'SCHED_FIFO priority of the real-time control process (0: off)', 0, 99
@@ -420,7 +435,11 @@ CONTROL_PARAMETERS = (
     Param('switch_interval_us', 500, 'Python switch interval of the real-time process', 50, 5000),
     Param('tick_topic_max_hz', 100.0, 'rate cap of the per-tick topic', 0.0, 10000.0),
     Param('gc_off', True, 'freeze and disable the garbage collector of the real-time process'),
-    Param('tick_trace', '', 'benchmarks: write every tick dt/overrun to this .npz on deactivate'),
+    Param(
+        'tick_trace',
+        '',
+        "benchmarks: write each tick's dt/overrun (the newest 2**20) to this .npz on deactivate",
+    ),
     Param('seed', 0, 'exploration noise seed', 0, 2**31 - 1),
     Param(
         'fault_tick_delay_ms',
@@ -488,6 +507,7 @@ LEARNER_PARAMETERS = (
     _POLICY,
     _RUN_NAME,
     _RUNS_DIR,
+    _RUN_ID,
     Param('publish_every_steps', 200, 'publish the actor every this many updates', 1, 10**9),
     Param('publish_every_s', 2.0, '... or this often while training', 0.01, 3600.0),
     Param('checkpoint_every_s', 30.0, 'save buffer and checkpoint this often', 1.0, 86400.0),

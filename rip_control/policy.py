@@ -11,6 +11,7 @@ slot (:mod:`rip_control.rt.channels`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 import json
 import math
@@ -21,10 +22,26 @@ import numpy as np
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
+from rip_control.transitions import COUNTER_MAX
+
 FORMAT = 'rip_actor'
 FORMAT_VERSION = '1'
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # as SB3's SAC actor
-_MAX_HEADER_BYTES = 1 << 20
+MAX_HEADER_BYTES = 1 << 20
+# Bounds on whatever reaches the motor, each refused by name. Versions count publishes (one
+# per ``publish_every_s``, at most 100 Hz) and travel with every transition as float32,
+# exact up to 2**24 (rip_control.transitions.COUNTER_MAX): 46 hours of publishing at
+# 100 Hz, a year at the default 2 s. A version far above the running one would lock the
+# run's own learner out until the node is configured again: a step of more than
+# VERSION_STEP_MAX (23 days of a learner publishing every 2 s, resumed runs included) is
+# refused.
+POLICY_VERSION_MAX = COUNTER_MAX
+VERSION_STEP_MAX = 10**6
+# Trained actors stay far inside: the shipped ones peak at 4.4 and 8.0. With 4 hidden layers
+# of at most 4096 units and this bound, no observation the task makes can overflow float32.
+WEIGHT_ABS_MAX = 1000.0
+HIDDEN_LAYERS_MAX = 4
+HIDDEN_SIZE_MAX = 4096
 
 
 class PolicyRejected(ValueError):
@@ -190,15 +207,18 @@ def read_metadata(data: bytes) -> dict[str, str]:
     if len(data) < 8:
         raise PolicyRejected(f'weights are {len(data)} bytes: too short for safetensors')
     (n,) = struct.unpack_from('<Q', data)
-    if n > _MAX_HEADER_BYTES or 8 + n > len(data):
+    if n > MAX_HEADER_BYTES or 8 + n > len(data):
         raise PolicyRejected(f'safetensors header length {n} is impossible for {len(data)} bytes')
     try:
         header = json.loads(data[8 : 8 + n])
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PolicyRejected(f'safetensors header is not JSON: {exc}') from exc
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise PolicyRejected(f'safetensors header is not JSON: {exc!r}'[:300]) from None
     meta = header.get('__metadata__') if isinstance(header, dict) else None
     if not isinstance(meta, dict):
         raise PolicyRejected('weights carry no metadata (not a rip_actor file)')
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+        # safetensors metadata is strings only: anything else is not a file it wrote.
+        raise PolicyRejected('weights metadata holds values that are not strings')
     return meta
 
 
@@ -210,6 +230,7 @@ def decode_actor(
     action_size: int,
     action_history: int = 0,
     min_version: int | None = None,
+    fits: Callable[[PolicyMeta], None] | None = None,
 ) -> NumpyActor:
     """Validate and load actor weights; raise :class:`PolicyRejected` naming the problem.
 
@@ -219,7 +240,11 @@ def decode_actor(
     :param action_size: this node's action size.
     :param action_history: this node's ``action_history`` (the past actions its observation
         holds); weights recording another are refused, naming both.
-    :param min_version: refuse versions at or below this one (None: accept any).
+    :param min_version: refuse versions at or below this one, or more than
+        :data:`VERSION_STEP_MAX` above it (None: any in 0..:data:`POLICY_VERSION_MAX`).
+    :param fits: called with the metadata once it is valid, before any tensor is decoded;
+        raises :class:`PolicyRejected` for an actor its receiver cannot hold (the real-time
+        process's weights slot).
     """
     md = read_metadata(data)
     if md.get('format') != FORMAT or md.get('format_version') != FORMAT_VERSION:
@@ -241,8 +266,8 @@ def decode_actor(
             hidden_sizes=tuple(int(h) for h in md['hidden_sizes'].split(',') if h),
             action_history=int(md.get('action_history', '0')),
         )
-    except (KeyError, ValueError) as exc:
-        raise PolicyRejected(f'malformed weights metadata: {exc!r}') from exc
+    except (KeyError, ValueError, OverflowError) as exc:
+        raise PolicyRejected(f'malformed weights metadata: {exc!r}'[:300]) from exc
     if not math.isclose(meta.rate_hz, rate_hz, rel_tol=1e-9):
         raise PolicyRejected(
             f'weights were trained at {meta.rate_hz:g} Hz but this node runs at {rate_hz:g} Hz'
@@ -259,12 +284,27 @@ def decode_actor(
             f'weights are for obs/action sizes {meta.obs_size}/{meta.action_size}, '
             f'this node has {obs_size}/{action_size}'
         )
+    if not 0 <= meta.version <= POLICY_VERSION_MAX:
+        raise PolicyRejected(f'weights version {meta.version} is outside 0..{POLICY_VERSION_MAX}')
     if min_version is not None and meta.version <= min_version:
         raise PolicyRejected(
             f'weights version {meta.version} is not newer than the running {min_version}'
         )
-    if not meta.hidden_sizes or any(h <= 0 or h > 4096 for h in meta.hidden_sizes):
-        raise PolicyRejected(f'implausible hidden sizes {meta.hidden_sizes}')
+    if min_version is not None and meta.version - min_version > VERSION_STEP_MAX:
+        raise PolicyRejected(
+            f'weights version {meta.version} jumps {meta.version - min_version} past the '
+            f'running {min_version}; at most {VERSION_STEP_MAX} is accepted'
+        )
+    hidden = meta.hidden_sizes
+    if not 0 < len(hidden) <= HIDDEN_LAYERS_MAX or any(
+        not 0 < h <= HIDDEN_SIZE_MAX for h in hidden
+    ):
+        raise PolicyRejected(
+            f'hidden sizes {list(hidden)} are outside the bounds: 1 to {HIDDEN_LAYERS_MAX} '
+            f'layers of 1 to {HIDDEN_SIZE_MAX} units'
+        )
+    if fits is not None:
+        fits(meta)
     try:
         tensors = st_load(data)
     except Exception as exc:  # noqa: BLE001 - the library raises several types for bad bytes
@@ -282,6 +322,12 @@ def decode_actor(
             raise PolicyRejected(f'tensor {name} has shape {arr.shape}, expected {shape}')
         if not np.isfinite(arr).all():
             raise PolicyRejected(f'tensor {name} holds non-finite values')
+        peak = float(np.abs(arr).max(initial=0.0))
+        if peak > WEIGHT_ABS_MAX:
+            raise PolicyRejected(
+                f'tensor {name} holds a weight of magnitude {peak:.3g}, beyond the bound '
+                f'{WEIGHT_ABS_MAX:g}'
+            )
     return NumpyActor(meta, tensors, md)
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 from dataclasses import asdict, dataclass, fields
+import errno
+import io
 import math
 import os
 from pathlib import Path
@@ -92,10 +95,24 @@ class TimingCsv:
             self._file.flush()
 
     def append(self, row: EpisodeTiming) -> None:
-        """Write one row and push it to disk."""
-        self._writer.writerow(asdict(row))
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        """Write one row and push it to disk; whole or not at all.
+
+        :raises OSError: the write failed (a full disk): the file is cut back to the rows
+            before, so a reader never meets half a row.
+        """
+        text = io.StringIO()
+        csv.DictWriter(text, self._writer.fieldnames).writerow(asdict(row))
+        fd = self._file.fileno()
+        before = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            data = text.getvalue().encode()
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.ENOSPC, 'short write', str(self.path))
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, before)
+            raise
 
     def close(self) -> None:
         """Close the file."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import hashlib
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,9 @@ from rip_control.files import atomic_write_bytes
 from rip_control.policy import PolicyRejected, read_metadata
 
 FORMAT = 'rip_replay_buffer'
-FORMAT_VERSION = '2'
-READABLE_VERSIONS = ('1', '2')  # version 1: no provenance
+FORMAT_VERSION = '3'
+# Version 1: no provenance; versions 1 and 2: the checksum covers the arrays, not the metadata.
+READABLE_VERSIONS = ('1', '2', '3')
 FIELDS = ('observations', 'next_observations', 'actions', 'rewards', 'dones', 'timeouts')
 #: Where each transition came from, as its ``transitions`` message said (float64: exact for
 #: the integers). Unknown is episode -1, step -1, dt 0 (simulated data, version-1 files).
@@ -53,6 +55,8 @@ class BufferMeta:
     action_size: int
     count: int
     policy_version: int = 0
+    generation: str = ''  # the save it belongs to (its checkpoint carries the same id)
+    previous_generation: str = ''  # the save before, whose checkpoint was written whole
 
 
 def unknown_provenance(n: int) -> dict[str, np.ndarray]:
@@ -102,8 +106,16 @@ def _order(rb: Any) -> np.ndarray:
     return order
 
 
-def _digest(arrays: dict[str, np.ndarray], names: tuple[str, ...] = FIELDS + PROVENANCE) -> str:
+def _digest(
+    arrays: dict[str, np.ndarray],
+    names: tuple[str, ...] = FIELDS + PROVENANCE,
+    metadata: dict[str, str] | None = None,
+) -> str:
+    """SHA-256 of the arrays and (from format version 3 on) every other metadata string."""
     h = hashlib.sha256()
+    if metadata is not None:
+        signed = {k: v for k, v in metadata.items() if k != 'sha256'}
+        h.update(json.dumps(signed, sort_keys=True).encode())
     for name in names:
         h.update(name.encode())
         h.update(np.ascontiguousarray(arrays[name]).tobytes())
@@ -181,8 +193,10 @@ def encode(arrays: dict[str, np.ndarray], meta: BufferMeta) -> bytes:
         'action_size': str(meta.action_size),
         'count': str(meta.count),
         'policy_version': str(meta.policy_version),
-        'sha256': _digest(arrays),
+        'generation': meta.generation,
+        'previous_generation': meta.previous_generation,
     }
+    md['sha256'] = _digest(arrays, metadata=md)
     return st_save({k: np.ascontiguousarray(v) for k, v in arrays.items()}, metadata=md)
 
 
@@ -222,6 +236,8 @@ def load(
             action_size=int(md['action_size']),
             count=int(md['count']),
             policy_version=int(md.get('policy_version', '0')),
+            generation=md.get('generation', ''),
+            previous_generation=md.get('previous_generation', ''),
         )
     except (KeyError, ValueError) as exc:
         raise BufferRejected(f'{path}: malformed metadata: {exc!r}') from exc
@@ -265,14 +281,62 @@ def load(
                 f'{path}: {name} is {arrays[name].dtype}{arrays[name].shape}, '
                 f'expected float64({n},)'
             )
-    if md.get('sha256') != _digest(arrays, names):
+    signed = md if version not in ('1', '2') else None
+    if md.get('sha256') != _digest(arrays, names, signed):
         raise BufferRejected(f'{path}: checksum mismatch, the file is corrupt')
     for name in names:
         if not np.isfinite(arrays[name]).all():
             raise BufferRejected(f'{path}: non-finite values in {name}')
+    why = _outside_the_task(arrays)
+    if why:
+        raise BufferRejected(f'{path}: {why}')
     if version == '1':
         arrays.update(unknown_provenance(n))
     return arrays, meta
+
+
+def _outside_the_task(arrays: dict[str, np.ndarray]) -> str:
+    """What no rig of the task could have stored ('' if nothing).
+
+    The checks a transition message gets (:func:`rip_control.transitions.check_values`), for
+    a whole file at once.
+    """
+    from rip_control.rig.env import TaskConfig, bounded_by_construction
+
+    actions = arrays['actions']
+    if (np.abs(actions) > 1.0).any():
+        i = int(np.flatnonzero((np.abs(actions) > 1.0).any(1))[0])
+        return f'actions[{i}] = {actions[i].tolist()} is outside [-1, 1]'
+    bounded = bounded_by_construction(arrays['observations'].shape[1])
+    for name in ('observations', 'next_observations'):
+        rows = np.flatnonzero((np.abs(arrays[name][:, bounded]) > 1.0 + 1e-6).any(1))
+        if rows.size:
+            i = int(rows[0])
+            return (
+                f'{name}[{i}] = {arrays[name][i].tolist()} holds a sine, cosine or action '
+                f'outside [-1, 1] ({rows.size} rows)'
+            )
+    for name in ('dones', 'timeouts'):
+        if not np.isin(arrays[name], (0.0, 1.0)).all():
+            return f'{name} holds values other than 0 and 1'
+    # Files of this package mark a truncation in timeouts with dones either set (SB3's own
+    # buffers) or not (a bag's or an evaluation's transitions): terminated is done, not a timeout.
+    terminated = (arrays['dones'] > 0) & (arrays['timeouts'] == 0)
+    spin = arrays['next_observations'][:, 4].astype(np.float64)
+    rewards = arrays['rewards'].astype(np.float64)
+    for flag in (True, False):
+        pick = terminated == flag
+        lo, hi = TaskConfig.step_reward_range(flag, spin[pick])
+        slack = 1e-5 * np.maximum(1.0, np.maximum(np.abs(lo), abs(hi)))
+        bad = np.flatnonzero((rewards[pick] < lo - slack) | (rewards[pick] > hi + slack))
+        if bad.size:
+            i = int(np.flatnonzero(pick)[bad[0]])
+            what = 'terminated' if flag else 'not terminated'
+            return (
+                f'rewards[{i}] = {rewards[i]:.6g} of a step {what} is outside what the task '
+                f'gives it ({bad.size} rows)'
+            )
+    return ''
 
 
 class RunFolderInUse(ValueError):

@@ -39,10 +39,11 @@ from rclpy.node import Node
 from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
 from rip_control.params import LEARNER_PARAMETERS
+from rip_control.policy import POLICY_VERSION_MAX
 from rip_control.rig.env import ACTION_SIZE
 from rip_control.ros.node_params import declare, spin_until_shutdown
 from rip_control.ros.qos import TRANSITIONS_QOS, WEIGHTS_QOS
-from rip_control.transitions import TransitionRejected, check_period, unpack
+from rip_control.transitions import TransitionRejected, check_period, split_run_id, unpack
 from rip_learner.buffer_store import RunFolderInUse, check_run_dir_is_free
 from rip_learner.learner_settings import LearnerConfigError, LearnerSettings
 from rip_learner.trainer import Trainer
@@ -124,7 +125,13 @@ class LearnerNode(Node):
         self.received += 1
         s = self.settings
         try:
-            labels = [(d.label, int(d.size)) for d in msg.layout.dim]
+            labels, theirs = split_run_id([(d.label, int(d.size)) for d in msg.layout.dim])
+            if s.run_id and theirs != s.run_id:
+                raise TransitionRejected(
+                    'foreign',
+                    f'a transition from run {theirs or "(untagged)"}, not this run '
+                    f'({s.run_id}): another control node on this DDS domain?',
+                )
             data = np.asarray(msg.data, dtype=np.float32)
             t = unpack(labels, data, self.trainer.obs_size, ACTION_SIZE)
             check_period(t, s.rate_hz, s.dt_tolerance_s)
@@ -135,8 +142,9 @@ class LearnerNode(Node):
                 throttle_duration_sec=5.0,
             )
             return
+        if not self.trainer.put(t):  # the inbox is full: dropped and counted there
+            return
         self.accepted += 1
-        self.trainer.put(t)
         self._wake.set()
 
     # -- the training thread ---------------------------------------------------------------
@@ -176,6 +184,14 @@ class LearnerNode(Node):
 
     def _publish_weights(self) -> None:
         tr = self.trainer
+        if tr.version >= POLICY_VERSION_MAX:
+            # Every control node would refuse a higher one: say so rather than publish it.
+            self.get_logger().error(
+                f'policy version {tr.version} is the highest a control node takes '
+                f'({POLICY_VERSION_MAX}): no more weights are published; start a new run',
+                throttle_duration_sec=60.0,
+            )
+            return
         tr.version += 1
         msg = UInt8MultiArray()
         msg.data = tr.actor_bytes()
@@ -213,8 +229,10 @@ class LearnerNode(Node):
         return {
             'buffer_size': tr.buffer_size,
             'buffer_resumed': tr.resumed,
+            'buffer_evicted': tr.evicted,
             'transitions_received': self.received,
             'transitions_accepted': self.accepted,
+            'transitions_dropped_inbox_full': tr.inbox_dropped,
             'transitions_rejected': sum(self.rejected.values()),
             **{f'rejected_{k}': v for k, v in sorted(self.rejected.items())},
             'bag_imported': tr.bag_imported,
@@ -274,7 +292,7 @@ def main(args: list[str] | None = None) -> int:
     # First: from here on a signal is a stop request, recorded; nothing is raised into the
     # set-up, and the finally below (the final save) runs whatever the moment.
     stop = StopSignals().install()
-    init_rclpy(args)
+    widened = init_rclpy(args)
     node: LearnerNode | None = None
     executor: SingleThreadedExecutor | None = None
     code = 0
@@ -286,6 +304,8 @@ def main(args: list[str] | None = None) -> int:
                 print(f'rip_learner: {exc}', file=sys.stderr, flush=True)
                 code = 2
         if node is not None:
+            if widened:
+                node.log().warning(widened)
             executor = SingleThreadedExecutor()
             executor.add_node(node)
             code = spin_until_shutdown(node, executor, stop)

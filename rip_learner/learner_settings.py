@@ -50,6 +50,7 @@ class LearnerSettings(FromParams):
         'policy': From('policy'),
         'run_name': From('run_name'),
         'runs_dir': From('runs_dir'),
+        'run_id': From('run_id'),
         'publish_every_steps': From('publish_every_steps'),
         'publish_every_s': From('publish_every_s'),
         'checkpoint_every_s': From('checkpoint_every_s'),
@@ -75,6 +76,7 @@ class LearnerSettings(FromParams):
     policy: str
     run_name: str
     runs_dir: str
+    run_id: str
     publish_every_steps: int
     publish_every_s: float
     checkpoint_every_s: float

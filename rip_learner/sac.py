@@ -19,7 +19,7 @@ import numpy as np
 
 from rip_control import run_files
 from rip_control.params import LEARNER_PARAMETERS, From, FromParams, Param
-from rip_control.policy import PolicyMeta, read_metadata
+from rip_control.policy import HIDDEN_LAYERS_MAX, HIDDEN_SIZE_MAX, PolicyMeta, read_metadata
 from rip_control.rig.env import ACTION_SIZE, obs_size
 
 """The SAC networks' file; saved beside a policy, it travels with it (critics included)."""
@@ -74,8 +74,15 @@ class SacConfig(FromParams):
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
             raise ValueError(f'device must be one of {", ".join(DEVICES)}, got {self.device!r}')
-        if not self.hidden_sizes or min(self.hidden_sizes) < 1:
-            raise ValueError(f'hidden_sizes must be positive widths, got {self.hidden_sizes}')
+        hidden = self.hidden_sizes
+        if not 0 < len(hidden) <= HIDDEN_LAYERS_MAX or not all(
+            0 < h <= HIDDEN_SIZE_MAX for h in hidden
+        ):
+            # A control node refuses any other actor (rip_control.policy's bounds).
+            raise ValueError(
+                f'hidden_sizes must be 1 to {HIDDEN_LAYERS_MAX} layers of 1 to '
+                f'{HIDDEN_SIZE_MAX} units, got {list(hidden)}'
+            )
         if self.batch_size < 1:
             raise ValueError(f'batch_size must be >= 1, got {self.batch_size}')
         if self.buffer_size < self.batch_size:
@@ -158,11 +165,18 @@ def sac_state(model: Any) -> dict[str, np.ndarray]:
     return state
 
 
-def encode_checkpoint(state: dict[str, np.ndarray], version: int, rate_hz: float) -> bytes:
-    """Safetensors bytes of :func:`sac_state`, tagged with the policy version and the rate."""
+def encode_checkpoint(
+    state: dict[str, np.ndarray], version: int, rate_hz: float, generation: str = ''
+) -> bytes:
+    """Safetensors bytes of :func:`sac_state`, tagged with the policy version and the rate.
+
+    :param generation: the id of the save it belongs to (the buffer and actor written with it
+        carry the same one).
+    """
     from safetensors.numpy import save
 
-    return save(state, metadata={'policy_version': str(version), 'rate_hz': repr(float(rate_hz))})
+    md = {'policy_version': str(version), 'rate_hz': repr(float(rate_hz))}
+    return save(state, metadata={**md, **({'generation': generation} if generation else {})})
 
 
 def widen_inputs(tensors: dict[str, np.ndarray], at: int, extra: int) -> dict[str, np.ndarray]:
@@ -205,6 +219,9 @@ def load_checkpoint(
             f'checkpoint {source} was trained at {saved_rate:g} Hz '
             f'but this run is at {rate_hz:g} Hz'
         )
+    bad = sorted(name for name, arr in tensors.items() if not np.isfinite(arr).all())
+    if bad:
+        raise ValueError(f'checkpoint {source} holds non-finite values in {bad}')
     if widen[1]:
         tensors = widen_inputs(tensors, *widen)
     state = {k: torch.as_tensor(v) for k, v in tensors.items() if k != 'log_ent_coef'}

@@ -18,13 +18,14 @@ from pathlib import Path
 import threading
 import time
 from typing import Any
+import uuid
 
 import numpy as np
 
 from rip_control import run_files
 from rip_control.bags import BagRejected, read_transitions
 from rip_control.files import atomic_write_bytes
-from rip_control.policy import PolicyRejected, encode_actor, load_actor_file
+from rip_control.policy import PolicyRejected, encode_actor, load_actor_file, read_metadata
 from rip_control.rig.env import ACTION_SIZE, obs_size
 from rip_control.transitions import Transition
 from rip_learner import buffer_store
@@ -49,6 +50,11 @@ def copy_state(state: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(state)
 
 
+#: Received transitions waiting for the training thread to store them, at most (10 minutes
+#: of 50 Hz from 10 rigs; each ~0.5 kB).
+INBOX_MAX = 300_000
+
+
 class Trainer:
     """SAC updates on a replay buffer this object alone writes.
 
@@ -66,6 +72,8 @@ class Trainer:
         self.version = 0  # of the last actor published (or loaded)
         self._lock = threading.Lock()  # the replay buffer: add() and the whole train() call
         self._inbox: deque[Transition] = deque()
+        self.inbox_dropped = 0  # transitions refused because the inbox was full
+        self._last_generation = ''  # the last save whose three files were all written
         self.provenance = ProvenanceLog(self.model.replay_buffer.buffer_size)
         self.added = 0  # transitions stored, resumed ones included
         self.resumed = 0  # ... of them loaded from resume_buffer at start
@@ -161,6 +169,14 @@ class Trainer:
             )
         except BufferRejected as exc:
             raise LearnerConfigError(f'resume_buffer refused: {exc}') from exc
+        if meta.count > s.sac.buffer_size:
+            # Loading would keep the newest buffer_size and the next checkpoint would write
+            # the rest away, over the user's file when it is this run's own.
+            raise LearnerConfigError(
+                f'resume_buffer {s.resume_buffer} holds {meta.count} transitions, more than '
+                f'buffer_size {s.sac.buffer_size}: give buffer_size:={meta.count} or more '
+                '(nothing was loaded; the file is untouched)'
+            )
         first_slot = self.model.replay_buffer.pos
         n = buffer_store.insert(self.model.replay_buffer, arrays)
         self.provenance.restore(first_slot, arrays)
@@ -170,10 +186,31 @@ class Trainer:
         ckpt = Path(s.resume_buffer).with_name(run_files.CHECKPOINT)
         if ckpt.exists() and not s.policy:
             try:
-                load_checkpoint(self.model, ckpt.read_bytes(), s.rate_hz, str(ckpt))
+                data = ckpt.read_bytes()
+                saved = read_metadata(data).get('generation', '')
+                older = bool(saved) and saved == meta.previous_generation
+                if older:
+                    # A stop between the buffer's write and the networks': they are the
+                    # save before, at most checkpoint_every_s older. Taken, and said.
+                    self._say(
+                        f'{ckpt} is from the save before {s.resume_buffer} (a stop between '
+                        'their writes): the networks are one save older than the buffer'
+                    )
+                elif saved != meta.generation:
+                    # Not a set one learner wrote: the networks are another run's or older.
+                    raise ValueError(
+                        f'{ckpt} is from save {saved or "(untagged)"} but {s.resume_buffer} '
+                        f'from save {meta.generation or "(untagged)"}, a set the learner did '
+                        'not write together (stopped between two writes?): give policy:= to '
+                        f'start the networks from a policy, or move {ckpt.name} away to '
+                        'start them fresh'
+                    )
+                load_checkpoint(self.model, data, s.rate_hz, str(ckpt))
             except (OSError, ValueError) as exc:
                 raise LearnerConfigError(str(exc)) from exc
             note = f' and the SAC networks from {ckpt}'
+            self._last_generation = saved  # the networks' save, on disk beside the buffer
+        self._last_generation = self._last_generation or meta.generation
         self._say(
             f'resumed {n} transitions from {s.resume_buffer}{note} (policy version {self.version})'
         )
@@ -193,9 +230,11 @@ class Trainer:
             )
         except BagRejected as exc:
             raise LearnerConfigError(f'resume_bag refused: {exc}') from exc
-        self._inbox.extend(got.transitions)
         self.bag_rejected = got.rejected
-        n = self.drain()
+        n = 0
+        for i in range(0, len(got.transitions), INBOX_MAX):  # the inbox's bound, chunk by chunk
+            self._inbox.extend(got.transitions[i : i + INBOX_MAX])
+            n += self.drain()
         self.bag_imported = n
         self.added_after_start = 0  # imported data is not owed K updates each
         per_bag = ', '.join(f'{k}: {v}' for k, v in got.per_bag.items())
@@ -227,9 +266,22 @@ class Trainer:
 
     # -- data in ---------------------------------------------------------------------------
 
-    def put(self, t: Transition) -> None:
-        """Queue a validated transition (any thread; :meth:`drain` stores it)."""
+    @property
+    def evicted(self) -> int:
+        """Transitions the replay buffer overwrote with newer ones (it holds ``buffer_size``)."""
+        return max(0, self.added - self.s.sac.buffer_size)
+
+    def put(self, t: Transition) -> bool:
+        """Queue a validated transition (any thread; :meth:`drain` stores it); whether it was.
+
+        At most :data:`INBOX_MAX` wait: past that (a training thread that stopped draining)
+        the newest are dropped and counted (:attr:`inbox_dropped`), memory stays bounded.
+        """
+        if len(self._inbox) >= INBOX_MAX:
+            self.inbox_dropped += 1
+            return False
         self._inbox.append(t)
+        return True
 
     def drain(self) -> int:
         """Move the queued transitions into the replay buffer; how many."""
@@ -248,6 +300,12 @@ class Trainer:
                     [{'TimeLimit.truncated': bool(t.truncated and not t.terminated)}],
                 )
                 n += 1
+        capacity = self.s.sac.buffer_size
+        if self.added <= capacity < self.added + n:
+            self._say(
+                f'replay buffer full ({capacity} transitions, buffer_size): from now on each '
+                'new transition replaces the oldest (counted in buffer_evicted)'
+            )
         self.added += n
         if self.buffer_size >= self.s.learning_starts:
             self.added_after_start += n
@@ -341,13 +399,18 @@ class Trainer:
 
     # -- data out --------------------------------------------------------------------------
 
-    def actor_bytes(self) -> bytes:
-        """The current actor as a weights message (safetensors, version :attr:`version`)."""
+    def actor_bytes(self, generation: str = '') -> bytes:
+        """The current actor as a weights message (safetensors, version :attr:`version`).
+
+        :param generation: the checkpoint save it is written with ('' for a message).
+        """
         s = self.s
         extra = {
             'learner_train_calls': str(self.train_calls),
             'learner_total_train_s': repr(self.train_s),
             'learner_updates': str(self.updates),
+            **({'run_id': s.run_id} if s.run_id else {}),
+            **({'generation': generation} if generation else {}),
         }
         meta = actor_meta(s.sac, self.version, s.rate_hz)
         return encode_actor(meta, actor_tensors(self.model), extra)
@@ -356,18 +419,30 @@ class Trainer:
         """Save the buffer, the actor and the SAC networks into the run folder (atomic)."""
         s = self.s
         t0 = time.monotonic()
+        # One id for the three files of this save: resume refuses a mixed set.
+        generation = uuid.uuid4().hex
         with self._lock:
             arrays = buffer_store.extract(self.model.replay_buffer)
             arrays.update(self.provenance.extract(self.model.replay_buffer))
             state = sac_state(self.model)
-            actor = self.actor_bytes()
+            actor = self.actor_bytes(generation)
         n = len(arrays['rewards'])
-        meta = BufferMeta(s.rate_hz, self.obs_size, ACTION_SIZE, n, self.version)
+        meta = BufferMeta(
+            s.rate_hz,
+            self.obs_size,
+            ACTION_SIZE,
+            n,
+            self.version,
+            generation,
+            self._last_generation,
+        )
         buffer_store.save(s.run_dir / run_files.BUFFER, arrays, meta)
         atomic_write_bytes(s.run_dir / run_files.POLICY_LATEST, actor)
         atomic_write_bytes(
-            s.run_dir / run_files.CHECKPOINT, encode_checkpoint(state, self.version, s.rate_hz)
+            s.run_dir / run_files.CHECKPOINT,
+            encode_checkpoint(state, self.version, s.rate_hz, generation),
         )
+        self._last_generation = generation  # the three files of this save are written
         self.last_save_s = time.monotonic()
         self.last_checkpoint = time.strftime('%H:%M:%S')
         self._say(

@@ -40,10 +40,10 @@ def _transition(step, dt=0.02, reward=1.0, episode=0, truncated=False):
     return Transition(
         episode,
         step,
-        np.full(OBS_SIZE, step, np.float32),
+        np.full(OBS_SIZE, step / 1000, np.float32),  # inside the observation space
         np.array([0.1], np.float32),
         reward,
-        np.full(OBS_SIZE, step + 1, np.float32),
+        np.full(OBS_SIZE, (step + 1) / 1000, np.float32),
         False,
         truncated,
         dt,

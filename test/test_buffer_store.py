@@ -17,14 +17,17 @@ OBS, ACT = 6, 1
 
 
 def _arrays(n, seed=0):
+    """Random transitions a rig of the task could make (values inside its spaces)."""
     rng = np.random.default_rng(seed)
+    terminated = rng.uniform(size=n) < 0.1
+    truncated = ~terminated & (rng.uniform(size=n) < 0.05)
     return {
-        'observations': rng.standard_normal((n, OBS)).astype(np.float32),
-        'next_observations': rng.standard_normal((n, OBS)).astype(np.float32),
+        'observations': rng.uniform(-1, 1, (n, OBS)).astype(np.float32),
+        'next_observations': rng.uniform(-1, 1, (n, OBS)).astype(np.float32),
         'actions': rng.uniform(-1, 1, (n, ACT)).astype(np.float32),
-        'rewards': rng.standard_normal(n).astype(np.float32),
-        'dones': (rng.uniform(size=n) < 0.1).astype(np.float32),
-        'timeouts': (rng.uniform(size=n) < 0.05).astype(np.float32),
+        'rewards': np.where(terminated, -10.0, rng.uniform(-0.25, 1, n)).astype(np.float32),
+        'dones': (terminated | truncated).astype(np.float32),
+        'timeouts': truncated.astype(np.float32),
     }
 
 
@@ -43,6 +46,9 @@ def test_round_trip_keeps_every_field_and_the_tags(tmp_path):
     arrays = _save(path)
     loaded, meta = _load(path)
     assert meta == BufferMeta(50.0, OBS, ACT, 100, 7)
+    # The provenance of transitions of unknown origin, and a save's id, round trip too.
+    buffer_store.save(path, arrays, BufferMeta(50.0, OBS, ACT, 100, 7, 'save-1'))
+    assert _load(path)[1].generation == 'save-1'
     for name in buffer_store.FIELDS:
         np.testing.assert_array_equal(loaded[name], arrays[name])
 
@@ -166,3 +172,76 @@ def test_a_save_leaves_the_temp_file_of_a_live_writer_alone(tmp_path):
         writer.wait()
     _save(path)  # its writer is dead now: a leftover
     assert not in_progress.exists()
+
+
+def _resaved(path, metadata=None, arrays=None):
+    """The file written again with its metadata or arrays changed and its checksum kept."""
+    from safetensors.numpy import load, save
+
+    from rip_control.policy import read_metadata
+
+    data = path.read_bytes()
+    md = read_metadata(data) | (metadata or {})
+    tensors = load(data) | (arrays or {})
+    path.write_bytes(save(tensors, metadata=md))
+
+
+@pytest.mark.parametrize('metadata', [{'policy_version': '9'}, {'generation': 'another'}])
+def test_a_changed_metadata_string_is_a_checksum_mismatch(tmp_path, metadata):
+    path = tmp_path / 'b.safetensors'
+    _save(path)
+    _resaved(path, metadata=metadata)
+    with pytest.raises(BufferRejected, match='checksum mismatch'):
+        _load(path)
+
+
+def test_a_version_2_file_whose_checksum_covers_only_its_arrays_still_loads(tmp_path):
+    from safetensors.numpy import save
+
+    path = tmp_path / 'b.safetensors'
+    arrays = {**_arrays(10), **buffer_store.unknown_provenance(10)}
+    md = {
+        'format': buffer_store.FORMAT,
+        'format_version': '2',
+        'rate_hz': '50.0',
+        'obs_size': str(OBS),
+        'action_size': str(ACT),
+        'count': '10',
+        'policy_version': '3',
+        'sha256': buffer_store._digest(arrays),
+    }
+    path.write_bytes(save(arrays, metadata=md))
+    loaded, meta = _load(path)
+    assert meta.count == 10 and meta.policy_version == 3
+    np.testing.assert_array_equal(loaded['rewards'], arrays['rewards'])
+
+
+def _with(arrays, name, row, value):
+    out = {k: v.copy() for k, v in arrays.items()}
+    out[name][row] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    ('change', 'message'),
+    [
+        (lambda a: _with(a, 'actions', 3, 1.5), r'actions\[3\] = \[1.5\] is outside'),
+        (
+            lambda a: _with(a, 'observations', 5, 7.0),
+            r'observations\[5\] = .* holds a sine, cosine or action outside',
+        ),
+        (lambda a: _with(a, 'dones', 2, 0.3), 'dones holds values other than 0 and 1'),
+        (
+            lambda a: _with(
+                _with(_with(a, 'dones', 6, 0.0), 'timeouts', 6, 0.0), 'rewards', 6, 1e30
+            ),
+            r'rewards\[6\] = 1e\+30 of a step not terminated is outside',
+        ),
+    ],
+)
+def test_values_no_rig_of_the_task_could_store_are_refused_by_name(tmp_path, change, message):
+    path = tmp_path / 'b.safetensors'
+    arrays = change(_arrays(20))
+    buffer_store.save(path, arrays, BufferMeta(50.0, OBS, ACT, 20))
+    with pytest.raises(BufferRejected, match=message):
+        _load(path)

@@ -28,8 +28,31 @@ def test_wrap_angle_maps_into_minus_pi_to_pi():
 
 def test_firmware_timestamp_wrap_is_unwrapped():
     unwrap = _TimestampUnwrapper()
-    assert unwrap(0xFFFFFFF0) == pytest.approx(0xFFFFFFF0 * 1e-6)
-    assert unwrap(0x10) == pytest.approx((0x10 + (1 << 32)) * 1e-6)
+    assert unwrap(0xFFFFFFF0, host_s=100.0) == pytest.approx(0xFFFFFFF0 * 1e-6)
+    assert unwrap(0x10, host_s=100.0 + 32e-6) == pytest.approx((0x10 + (1 << 32)) * 1e-6)
+    # An hour later (no reading between), one wrap: still the rig's own time.
+    later = (0x10 + 3600_000_000) % (1 << 32)
+    assert unwrap(later, host_s=3700.0 + 32e-6) == pytest.approx(
+        (0x10 + (1 << 32) + 3600_000_000) * 1e-6
+    )
+
+
+@pytest.mark.parametrize(
+    ('reading_us', 'host_gap_s'),
+    [
+        (1_500_000, 0.02),  # a firmware reset 20 ms after a reading at 600 s: back to 1.5 s
+        (612_000_000, 0.02),  # 12 s ahead of the host's 20 ms
+        (0x10, 0.02),  # what a wrap would read, but nowhere near the end of the counter
+    ],
+)
+def test_a_rig_clock_that_jumps_unlike_the_hosts_is_a_named_fault(reading_us, host_gap_s):
+    from rip_control.rig.client import RigClockJump
+
+    unwrap = _TimestampUnwrapper()
+    unwrap(600_000_000, host_s=50.0)
+    unwrap(600_020_000, host_s=50.02)  # as the host counted: fine
+    with pytest.raises(RigClockJump, match='a firmware reset'):
+        unwrap(reading_us, host_s=50.02 + host_gap_s)
 
 
 def test_reward_is_highest_upright_and_centred():

@@ -282,8 +282,8 @@ def test_the_emergency_stop_input_disengages_at_once_and_refuses_engage(start_em
     import signal
     import time
 
-    from rip_control.rig.client import LowLevelClient, RigProtocolError
-    from rip_control.rig.protocol import ErrorCode, Status
+    from rip_control.rig.client import LowLevelClient, RigEngageRefused, RigProtocolError
+    from rip_control.rig.protocol import ErrorCode
 
     emu = start_emulator('--events')
     with LowLevelClient(str(emu.link)) as client:
@@ -295,7 +295,9 @@ def test_the_emergency_stop_input_disengages_at_once_and_refuses_engage(start_em
         assert off is not None, emu.events()
         assert off - pressed < 0.05
         assert not client.get_state().engaged
-        assert not client.engage().status & Status.ENGAGED, 'ENGAGE refused while pressed'
+        # Refused while pressed, by name (not a link fault counted as a serial error).
+        with pytest.raises(RigEngageRefused, match='emergency stop pressed'):
+            client.engage()
         with pytest.raises(RigProtocolError) as err:
             client.set_voltage(1.0)
         assert err.value.error == ErrorCode.NOT_ENGAGED
@@ -315,10 +317,15 @@ def test_the_emergency_stop_input_disengages_at_once_and_refuses_engage(start_em
         env=child_env(),
         timeout=60,
     )
-    assert check.returncode == 1 and 'refused SET_VOLTAGE: NOT_ENGAGED' in check.stderr
+    assert check.returncode == 1, check.stderr
+    assert 'RigEngageRefused' in check.stderr and 'emergency stop pressed' in check.stderr
     with LowLevelClient(str(emu.link)) as client:
         emu.signal(signal.SIGUSR2)  # released: engaging works again
         deadline = time.monotonic() + 2.0
-        while not client.engage().status & Status.ENGAGED:
-            assert time.monotonic() < deadline, 'still refused after the release'
+        while True:
+            try:
+                client.engage()
+                break
+            except RigEngageRefused:
+                assert time.monotonic() < deadline, 'still refused after the release'
         client.disengage_motor()

@@ -70,7 +70,7 @@ def test_runner_plan_has_the_launch_files_executables_and_parameters():
     by = {s.label: s for s in specs}
     params = node_parameters(args)
     for key, value in params[CONTROL].items():
-        if key not in ('serial_port', 'policy'):
+        if key not in ('serial_port', 'policy', 'run_id'):  # resolved by the plan
             assert by['control'].params[key] == value
     # Typed by the table, whatever the spelling: rate:=50 is the double the nodes declare.
     assert by['control'].params['rate_hz'] == 50.0 and by['learner'].params['rate_hz'] == 50.0
@@ -219,3 +219,34 @@ def test_a_plan_for_several_rigs_gives_each_its_namespace_emulator_and_folder():
         launching.plan({'rigs': '2', 'serial_port': '/dev/ttyUSB0'})
     with pytest.raises(ValueError, match=r'rigs:=0: expected a value in \[1, 16\]'):
         launching.plan({'rigs': '0'})
+
+
+def test_each_plan_gives_its_run_a_fresh_identity_its_nodes_share(tmp_path):
+    first, _ = launching.plan({'rigs': '2', 'run_name': 'a'}, pid=7)
+    second, _ = launching.plan({'rigs': '2', 'run_name': 'a'}, pid=7)
+
+    def ids(specs):
+        return {
+            s.params['run_id'] for s in specs if s.executable in ('control_node', 'learner_node')
+        }
+
+    (one,), (other,) = ids(first), ids(second)  # learner and both rigs: one identity
+    assert (
+        one.startswith('run') and len(one) == 19 and one != other
+    )  # two runs in one domain never take each other's
+    # One a params file names is kept (both nodes must name the same).
+    params = tmp_path / 'p.yaml'
+    section = {'ros__parameters': {'run_id': 'bench7'}}
+    params.write_text(yaml.safe_dump({CONTROL: section, LEARNER: section}))
+    named, _ = launching.plan({'params_file': str(params)}, pid=7)
+    assert ids(named) == {'bench7'}
+
+
+def test_a_bad_rig_file_is_refused_before_anything_starts_by_the_emulators_own_check(tmp_path):
+    missing = tmp_path / 'no_rig.yaml'
+    with pytest.raises(ValueError, match=rf'rig_params:={missing}: rig parameter file not found'):
+        launching.plan({'rig_params': str(missing)}, pid=7)
+    bad = tmp_path / 'bad_rig.yaml'
+    bad.write_text('motor_dead_zone_v: -1.0\n')
+    with pytest.raises(ValueError, match=rf'rig_params:={bad}: .*motor_dead_zone_v'):
+        launching.plan({'rig_params': str(bad)}, pid=7)

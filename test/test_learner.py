@@ -12,7 +12,7 @@ from std_msgs.msg import Float32MultiArray, MultiArrayDimension, UInt8MultiArray
 from rip_control.policy import PolicyMeta, decode_actor, encode_actor, random_actor
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.ros.qos import TRANSITIONS_QOS, WEIGHTS_QOS
-from rip_control.transitions import Transition, field_layout
+from rip_control.transitions import Transition, field_layout, run_tagged
 from rip_learner import buffer_store
 from rip_learner.buffer_store import BufferMeta
 
@@ -25,11 +25,11 @@ def _stop(proc, sig=signal.SIGINT):
     return proc.returncode, out
 
 
-def _msg(t, labels=None):
+def _msg(t, labels=None, run_id=''):
     msg = Float32MultiArray()
     msg.layout.dim = [
         MultiArrayDimension(label=lbl, size=n, stride=n)
-        for lbl, n in (labels or field_layout(OBS_SIZE, ACTION_SIZE))
+        for lbl, n in run_tagged(labels or field_layout(OBS_SIZE, ACTION_SIZE), run_id)
     ]
     msg.data = t.pack().tolist()
     return msg
@@ -40,10 +40,10 @@ def _transition(i, dt=0.02, reward=0.0):
     return Transition(
         episode=0,
         step=i,
-        obs=rng.standard_normal(OBS_SIZE).astype(np.float32),
+        obs=rng.uniform(-1, 1, OBS_SIZE).astype(np.float32),  # inside the observation space
         action=rng.uniform(-1, 1, ACTION_SIZE).astype(np.float32),
         reward=reward,
-        next_obs=rng.standard_normal(OBS_SIZE).astype(np.float32),
+        next_obs=rng.uniform(-1, 1, OBS_SIZE).astype(np.float32),
         terminated=False,
         truncated=(i % 50 == 49),
         dt_s=dt,
@@ -74,7 +74,7 @@ def _wait(node, cond, timeout_s):
 def test_learner_checks_transitions_trains_publishes_and_saves_on_sigint(
     ros_node, tmp_path, learner_process
 ):
-    proc, name = learner_process(run_name='r')
+    proc, name = learner_process(run_name='r', run_id='ours')
     weights, diags = [], []
     ws = ros_node.create_subscription(
         UInt8MultiArray, 'policy_weights', lambda m: weights.append(bytes(m.data)), WEIGHTS_QOS
@@ -92,20 +92,24 @@ def test_learner_checks_transitions_trains_publishes_and_saves_on_sigint(
         assert _wait(ros_node, lambda: pub.get_subscription_count() > 0 and weights, 60)
         first = decode_actor(weights[0], rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
         assert first.version >= 1  # published once at start
+        assert first.metadata['run_id'] == 'ours'  # what a control node of this run checks
         for i in range(100):
-            pub.publish(_msg(_transition(i)))
+            pub.publish(_msg(_transition(i), run_id='ours'))
         bad_nan = _transition(1000, reward=float('nan'))
-        pub.publish(_msg(bad_nan))
-        pub.publish(_msg(_transition(1001, dt=0.035)))  # a stretched tick
-        pub.publish(_msg(_transition(1002, dt=0.01)))  # a 100 Hz transition
+        pub.publish(_msg(bad_nan, run_id='ours'))
+        pub.publish(_msg(_transition(1001, dt=0.035), run_id='ours'))  # a stretched tick
+        pub.publish(_msg(_transition(1002, dt=0.01), run_id='ours'))  # a 100 Hz transition
         wrong = list(field_layout(OBS_SIZE, ACTION_SIZE))
         wrong[2] = ('observation', OBS_SIZE)
-        pub.publish(_msg(_transition(1003), labels=wrong))
+        pub.publish(_msg(_transition(1003), labels=wrong, run_id='ours'))
+        # Another run's control node in this domain, and an untagged publisher.
+        pub.publish(_msg(_transition(1004), run_id='theirs'))
+        pub.publish(_msg(_transition(1005)))
 
         def done():
             return (
                 diags
-                and int(diags[-1]['transitions_rejected']) == 4
+                and int(diags[-1]['transitions_rejected']) == 6
                 and int(diags[-1]['gradient_steps_done']) > 0
             )
 
@@ -114,6 +118,7 @@ def test_learner_checks_transitions_trains_publishes_and_saves_on_sigint(
         assert d['rejected_non_finite'] == '1'
         assert d['rejected_dt'] == '2'
         assert d['rejected_layout'] == '1'
+        assert d['rejected_foreign'] == '2'
         assert int(d['buffer_size']) == 100
         assert _wait(ros_node, lambda: len(weights) > 1, 20)
         versions = [

@@ -7,6 +7,8 @@ table before they are declared; the declared ranges travel in the descriptors, s
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -96,6 +98,36 @@ def test_a_live_parameter_set_outside_the_tables_range_is_refused(control_rig, r
     assert 'rate_hz' in result.results[0].reason or 'range' in result.results[0].reason
 
 
+def test_no_parameter_changes_on_a_configured_node_least_of_all_under_an_engaged_motor(
+    control_rig, ros_node
+):
+    rig = control_rig(max_action_v=2, episode_seconds=30)
+
+    def set_(*params):
+        req = SetParameters.Request(parameters=list(params))
+        return _call(ros_node, SetParameters, f'/{rig.name}/set_parameters', req).results[0]
+
+    def volts():
+        req = GetParameters.Request(names=['max_action_v'])
+        return _call(ros_node, GetParameters, f'/{rig.name}/get_parameters', req).values[0]
+
+    assert set_(_double('max_action_v', 3.0)).successful  # unconfigured: for the next configure
+    assert rig.driver.change('configure') and rig.driver.change('activate'), rig.why()
+    assert rig.emulator.wait_for_line('EVENT', 5.0) is not None, f'never engaged: {rig.why()}'
+    for param in (_double('max_action_v', 24.0), _double('fault_tick_delay_ms', 26.0)):
+        result = set_(param)
+        assert not result.successful
+        assert f'{param.name} cannot change while the node is configured (now active)' in (
+            result.reason
+        )
+    assert volts().double_value == 3.0
+    assert rig.driver.state() == 'active' and rig.engaged_now(), rig.why()
+    assert rig.driver.change('deactivate')
+    assert 'now inactive' in set_(_double('max_action_v', 24.0)).reason
+    assert rig.driver.change('cleanup')
+    assert set_(_double('max_action_v', 4.0)).successful and volts().double_value == 4.0
+
+
 @pytest.mark.parametrize(
     ('given', 'says'),
     [
@@ -173,7 +205,49 @@ def test_a_bare_node_declares_the_tables_defaults_which_make_demo_runs(ros_node,
     specs, _ = plan({'run_name': 'demo', 'resume_buffer': 'auto', 'policy': 'auto'}, pid=1)
     node = CONTROL if which == 'control' else LEARNER
     demo = next(s for s in specs if s.node_name == node).params
-    resolved = {'run_name', 'policy', 'resume_buffer', 'serial_port'}
+    resolved = {'run_name', 'policy', 'resume_buffer', 'serial_port', 'run_id'}
+    assert declared['run_id'] == '' and len(demo['run_id']) == 19  # the run's fresh identity
     assert {k: v for k, v in demo.items() if k not in resolved} == {
         k: v for k, v in declared.items() if k not in resolved
     }
+
+
+@pytest.mark.parametrize('scope', [None, 'SUBNET'])
+def test_a_bare_node_warns_when_its_discovery_is_widened_beyond_this_machine(scope):
+    # Unset, the node takes LOCALHOST itself (node_params.init_rclpy) and says nothing.
+    env = child_env()
+    env.pop('ROS_AUTOMATIC_DISCOVERY_RANGE', None)
+    if scope is not None:
+        env['ROS_AUTOMATIC_DISCOVERY_RANGE'] = scope
+    name = f'rip_scope_{os.getpid()}_{scope}'
+    proc = subprocess.Popen(
+        [sys.executable, '-m', 'rip_control.ros.control_node']
+        + ['--ros-args', '-r', f'__node:={name}'],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if 'unconfigured, waiting for configure' in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    out = ''.join(lines) + rest
+    assert 'unconfigured, waiting for configure' in out, out
+    widened = 'DDS discovery widened (ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET'
+    if scope == 'SUBNET':
+        assert widened in out and 'can publish policy_weights and transitions' in out, out
+    else:
+        assert 'DDS discovery widened' not in out, out

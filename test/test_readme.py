@@ -137,7 +137,8 @@ class Running:
             args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         Running.started.append(self)
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -151,7 +152,8 @@ class Running:
         with self._cond:
             while not any(re.search(pattern, line) for line in self.lines):
                 left = deadline - time.monotonic()
-                if left <= 0 or self.proc.poll() is not None:
+                # Ended: fail once its last lines are read (they may hold the match).
+                if left <= 0 or self.proc.poll() is not None and not self._reader.is_alive():
                     pytest.fail(f'no {pattern!r} within {timeout_s} s:\n' + ''.join(self.lines))
                 self._cond.wait(min(left, 0.5))
 
@@ -732,18 +734,54 @@ ADAPT = (
 )
 
 
+# Imported by every Python process started with its folder first on PYTHONPATH: logs each
+# process that opens the file RIP_AUDIT_OPEN names (its command line) to RIP_AUDIT_LOG.
+_AUDIT_OPENS = """
+import os
+import sys
+
+_target = os.environ.get('RIP_AUDIT_OPEN', '')
+_log = os.environ.get('RIP_AUDIT_LOG', '')
+
+
+def _hook(event, args):
+    if event != 'open' or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
+        return
+    path = os.fsdecode(args[0])
+    if os.path.basename(path) == os.path.basename(_target) and os.path.realpath(path) == _target:
+        with open('/proc/self/cmdline', 'rb') as f:
+            cmd = f.read().replace(b'\\0', b' ').decode()
+        with open(_log, 'a') as f:
+            f.write(cmd + '\\n')
+
+
+if _target and _log:
+    sys.addaudithook(_hook)
+"""
+
+
 @pytest.mark.readme(ADAPT)
 def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(tmp_path):
-    """The adapt loop as typed; only the emulator reads the rig file.
+    """The adapt loop as typed; only the emulator's program reads the rig file.
 
     Kept short by appended arguments (a budget that leaves no fine-tune episode; the guard
-    on the fine-tune has test_finetune's tests). The rig file is a copy removed once the
-    emulator has started: nothing but the emulator may need it, and the identification gets
-    nothing but the transitions.
+    on the fine-tune has test_finetune's tests). Every Python process of the run logs an
+    open of the rig file (an audit hook); the file is a copy, removed once the emulator has
+    started: nothing but the emulator may need it, and the identification gets nothing but
+    the transitions.
     """
     episode_s = 5  # each deployment's one episode
     rig = tmp_path / 'rig_shifted_stuck.yaml'
     shutil.copy(REPO / 'config' / 'rig_shifted_stuck.yaml', rig)
+    audit, opened = tmp_path / 'audit', tmp_path / 'opened.txt'
+    audit.mkdir()
+    (audit / 'sitecustomize.py').write_text(_AUDIT_OPENS)
+    env = child_env()
+    env.update(
+        PYTHONPATH=f'{audit}{os.pathsep}{env["PYTHONPATH"]}',
+        RIP_AUDIT_OPEN=os.path.realpath(rig),
+        RIP_AUDIT_LOG=str(opened),
+    )
     args = argv(ADAPT.replace('config/rig_shifted_stuck.yaml', str(rig))) + [
         'rig_minutes:=0.5',
         'retrain_minutes:=0.2',
@@ -753,10 +791,15 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
         f'runs_dir:={tmp_path / "runs"}',
         '--quiet',
     ]
-    run = Running(args, REPO, child_env())
+    run = Running(args, REPO, env)
     run.wait_for(r'adapt: emulated rig: READY', 60)
     rig.unlink()
     assert run.proc.wait(timeout=280) == 0, run.text[-4000:]
+    readers = opened.read_text().splitlines()
+    # The check of the file before anything starts (--check) and the emulator that served
+    # every phase: the emulator's program, in processes of its own; no other process.
+    assert all('-m rip_control.rig.emulator ' in r for r in readers), readers
+    assert [r for r in readers if '--check' not in r], readers  # the one that served
     out = tmp_path / 'runs' / 'stuck'
     s = json.loads((out / 'adapt_summary.json').read_text())
     d = s['deployment']
@@ -808,6 +851,13 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
         if not within(name, getattr(fitted, name), getattr(truth, name))
     }
     assert not misses, misses
+    # ... and moved from the prior towards the truth (the resistance's prior is inside its
+    # tolerance; a parameter the data did not move would pass the check above unseen).
+    prior = PendulumParams()
+    for name in TOLERANCE:
+        start, got, want = getattr(prior, name), getattr(fitted, name), getattr(truth, name)
+        if start != want:
+            assert abs(got - want) < abs(start - want), (name, start, got, want)
     for name in TOLERANCE:
         assert ident['fitted'][name]['determined'] and ident['fitted'][name]['std'] > 0
     assert ident['residual_rms_rad']['alpha'] < ident['prior_residual_rms_rad']['alpha']

@@ -101,6 +101,26 @@ def _bytes(version=1, rate=50.0, hidden=(8, 8), mutate=None):
     return encode_actor(PolicyMeta(version, rate, 6, 1, hidden), tensors)
 
 
+def _header(changes):
+    """Valid weights whose JSON metadata has ``changes`` written over it, as raw bytes."""
+    import json
+    import struct
+
+    data = _bytes()
+    (n,) = struct.unpack_from('<Q', data)
+    header = json.loads(data[8 : 8 + n])
+    header['__metadata__'].update(changes)
+    text = json.dumps(header).encode()
+    return struct.pack('<Q', len(text)) + text + data[8 + n :]
+
+
+def _deep_header(depth):
+    import struct
+
+    text = b'[' * depth + b']' * depth
+    return struct.pack('<Q', len(text)) + text
+
+
 def _bytes_with_wrong_shape():
     """Weights whose metadata says 8x8 layers but whose first layer is 8x5 (a broken sender)."""
     from safetensors.numpy import save
@@ -135,12 +155,45 @@ def test_weights_round_trip_and_act_like_the_original():
         (_bytes_with_wrong_shape(), {}, r'layers.0.weight has shape \(8, 5\), expected \(8, 6\)'),
         (b'\x07' * 40, {}, 'safetensors header length'),
         (b'abc', {}, 'too short for safetensors'),
+        (_bytes(version=-1), {}, r'version -1 is outside 0\.\.16777216'),
+        (_bytes(version=2**24 + 1), {}, 'is outside 0..'),
+        (_bytes(version=10**6 + 3), {'min_version': 2}, 'jumps 1000001 past the running 2'),
+        (
+            _bytes(mutate=lambda t: t['layers.1.weight'].__setitem__((0, 0), -2e3)),
+            {},
+            'layers.1.weight holds a weight of magnitude 2e[+]03, beyond the bound 1000',
+        ),
+        (_bytes(hidden=(4,) * 5), {}, r'hidden sizes \[4, 4, 4, 4, 4\] are outside the bounds'),
+        (_bytes(hidden=(4097,)), {}, r'hidden sizes \[4097\] are outside'),
+        # A sender's header this package never writes: each refused by name, none raising
+        # anything but PolicyRejected (which the node counts; anything else ended it).
+        (_header({'hidden_sizes': 8}), {}, 'metadata holds values that are not strings'),
+        (_header({'policy_version': 1e300}), {}, 'not strings'),
+        (_header({'rate_hz': []}), {}, 'not strings'),
+        (_header({'policy_version': '9' * 5000}), {}, 'malformed weights metadata'),
+        (_deep_header(100_000), {}, 'header is not JSON'),
     ],
 )
 def test_bad_weights_are_rejected_naming_the_problem(data, kwargs, message):
     args = {'rate_hz': 50.0, 'obs_size': 6, 'action_size': 1} | kwargs
     with pytest.raises(PolicyRejected, match=message):
         decode_actor(data, **args)
+
+
+def test_weights_at_the_bounds_are_accepted_and_the_fit_check_runs_before_decoding():
+    edge = _bytes(version=2 + 10**6, mutate=lambda t: t['mu.bias'].__setitem__(0, 1000.0))
+    args = {'rate_hz': 50.0, 'obs_size': 6, 'action_size': 1}
+    assert decode_actor(edge, min_version=2, **args).version == 2 + 10**6
+    assert decode_actor(_bytes(version=2**24, hidden=(4,) * 4), **args).version == 2**24
+    seen = []
+
+    def too_big(meta):
+        seen.append(meta.hidden_sizes)
+        raise PolicyRejected('no room')
+
+    with pytest.raises(PolicyRejected, match='no room'):
+        decode_actor(_bytes_with_wrong_shape(), fits=too_big, **args)  # before its shapes
+    assert seen == [(8, 8)]
 
 
 def test_initial_policy_file_from_another_rate_is_refused_naming_both(tmp_path):
@@ -154,7 +207,7 @@ def test_transition_layout_round_trips_and_rejects_bad_messages():
     t = Transition(
         3,
         7,
-        np.arange(6, dtype=np.float32),
+        np.linspace(-1, 1, 6, dtype=np.float32),
         np.array([0.5], np.float32),
         0.25,
         np.ones(6, np.float32),
@@ -175,6 +228,69 @@ def test_transition_layout_round_trips_and_rejects_bad_messages():
         unpack(layout[:-1], t.pack()[:-1], 6, 1)
 
 
+def _packed(**changes):
+    """A valid transition's wire vector, then ``changes`` written over its fields."""
+    t = Transition(
+        3,
+        7,
+        np.zeros(6, np.float32),
+        np.array([0.5], np.float32),
+        0.25,
+        np.zeros(6, np.float32),
+        False,
+        False,
+        0.02,
+        4,
+    )
+    data = t.pack()
+    slices, offset = {}, 0
+    for label, size in field_layout(6, 1):
+        slices[label], offset = slice(offset, offset + size), offset + size
+    for name, value in changes.items():
+        label, _, index = name.partition('__')
+        data[slices[label].start + int(index or 0)] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ('changes', 'reason', 'message'),
+    [
+        ({'action': 1.5}, 'action', r'action \[1.5\] is outside \[-1, 1\]'),
+        ({'obs__1': 1.5}, 'observation', r'obs\[1\] = 1.5 is outside \[-1, 1\] \(a sine'),
+        ({'next_obs__2': -1.5}, 'observation', r'next_obs\[2\] = -1.5 is outside'),
+        ({'obs__5': 1.01}, 'observation', r'obs\[5\] = 1.01 is outside'),  # a past action
+        ({'reward': 1e30}, 'reward', r'reward 1e\+30 of a step not terminated is outside'),
+        ({'reward': -0.3}, 'reward', r"outside the task's \[-0.25, 1\]"),  # still pendulum
+        ({'reward': -1.3, 'next_obs__4': 10.0}, 'reward', r"outside the task's \[-1.25, 1\]"),
+        ({'terminated': 1.0}, 'reward', r'step terminated is outside the task\'s \[-10, -10\]'),
+        ({'terminated': 1.0, 'truncated': 1.0, 'reward': -10}, 'flags', 'cannot be terminated'),
+        ({'terminated': 0.3}, 'counters', r'terminated 0.3\d* is not a whole number in 0..1'),
+        ({'episode': -1}, 'counters', r'episode -1.0 is not a whole number'),
+        ({'step': 2.5}, 'counters', 'step 2.5 is not a whole number'),
+        ({'policy_version': -2}, 'counters', r'policy_version -2.0 is not a whole number in -1'),
+    ],
+)
+def test_a_transition_no_rig_of_the_task_could_make_is_refused_naming_the_field(
+    changes, reason, message
+):
+    with pytest.raises(TransitionRejected, match=message) as refused:
+        unpack(list(field_layout(6, 1)), _packed(**changes), 6, 1)
+    assert refused.value.reason == reason
+
+
+def test_the_edges_of_the_task_are_accepted():
+    layout = list(field_layout(6, 1))
+    ok = [
+        {},
+        {'action': -1.0, 'obs__0': 4.0, 'obs__4': -12.0, 'reward': 1.0},  # as measured
+        {'reward': -0.25, 'policy_version': -1},  # an excitation tick, every penalty but spin
+        {'reward': -1.69, 'next_obs__4': 12.0},  # spinning at 120 rad/s: its own penalty
+        {'terminated': 1.0, 'reward': -10.0},
+    ]
+    for changes in ok:
+        unpack(layout, _packed(**changes), 6, 1)
+
+
 def test_host_steal_is_read_from_proc_stat_and_an_unreadable_one_reads_as_zero(tmp_path):
     from rip_control.stats import cpu_times, steal_fraction
 
@@ -191,3 +307,20 @@ def test_host_steal_is_read_from_proc_stat_and_an_unreadable_one_reads_as_zero(t
     assert steal_fraction((0, 0), (0, 0)) == 0.0
     steal, total = cpu_times()  # this machine's
     assert 0 <= steal <= total
+
+
+def test_the_tick_trace_keeps_the_newest_ticks_in_a_fixed_ring_and_counts_the_rest():
+    from rip_control.ros.loop_outputs import TickTrace
+
+    trace = TickTrace(capacity=4)
+    for i in range(3):
+        trace.append(i, 10 + i, 20 + i)
+    assert trace.kept()[:, 0].tolist() == [0, 1, 2] and trace.not_kept == 0
+    for i in range(3, 10):
+        trace.append(i, 10 + i, 20 + i)
+    kept = trace.kept()
+    assert kept.tolist() == [[i, 10 + i, 20 + i] for i in range(6, 10)]  # oldest first
+    assert trace.not_kept == 6 and trace.seen == 10
+    trace.clear()
+    assert trace.kept().shape == (0, 3) and trace.not_kept == 0
+    assert TickTrace.CAPACITY * 3 * 8 <= 32 << 20  # bounded whatever the run's length

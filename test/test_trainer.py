@@ -43,10 +43,11 @@ def _fill(tr: Trainer, n: int) -> None:
             Transition(
                 episode=0,
                 step=i,
-                obs=rng.standard_normal(OBS_SIZE).astype(np.float32),
+                # Inside the task's spaces: a checkpoint of them loads back.
+                obs=rng.uniform(-1, 1, OBS_SIZE).astype(np.float32),
                 action=rng.uniform(-1, 1, ACTION_SIZE).astype(np.float32),
-                reward=float(rng.standard_normal()),
-                next_obs=rng.standard_normal(OBS_SIZE).astype(np.float32),
+                reward=float(rng.uniform(-0.25, 1)),
+                next_obs=rng.uniform(-1, 1, OBS_SIZE).astype(np.float32),
                 terminated=False,
                 truncated=False,
                 dt_s=0.02,
@@ -102,10 +103,11 @@ def test_prior_data_fills_its_share_of_every_batch(tmp_path: Path) -> None:
 
     n = 100
     prior = {
-        'observations': np.full((n, OBS_SIZE), 7.0, np.float32),
-        'next_observations': np.full((n, OBS_SIZE), 7.0, np.float32),
+        # Markers no transition of _fill has (inside the task's spaces and rewards).
+        'observations': np.full((n, OBS_SIZE), 0.7, np.float32),
+        'next_observations': np.full((n, OBS_SIZE), 0.7, np.float32),
         'actions': np.zeros((n, ACTION_SIZE), np.float32),
-        'rewards': np.full(n, 9.0, np.float32),
+        'rewards': np.full(n, 0.9, np.float32),
         'dones': np.ones(n, np.float32),
         'timeouts': np.ones(n, np.float32),  # truncated, not terminal: bootstraps
     }
@@ -118,9 +120,9 @@ def test_prior_data_fills_its_share_of_every_batch(tmp_path: Path) -> None:
     _fill(tr, 64)
     assert tr._fast is not None
     obs, _, _, done, rew = tr._fast._batches(3, 16)
-    from_prior = (rew[..., 0] == 9.0).sum(dim=1).tolist()
+    from_prior = (rew[..., 0] == np.float32(0.9)).sum(dim=1).tolist()
     assert from_prior == [4, 4, 4]  # 25 % of 16, every batch
-    assert bool((obs[:, 12:] == 7.0).all())
+    assert bool((obs[:, 12:] == np.float32(0.7)).all())
     assert bool((done[:, 12:] == 0.0).all())  # a timeout is not a terminal state
 
 
@@ -239,3 +241,119 @@ def test_prior_data_loaded_after_the_reference_keeps_it(tmp_path: Path) -> None:
     assert tr._fast is not None and tr._fast.smoothness_reference is not None
     tr.load_prior_data()
     assert tr._fast.prior is not None and tr._fast.smoothness_reference is not None
+
+
+def _buffer(n: int) -> dict:
+    z = np.zeros
+    return {
+        'observations': z((n, OBS_SIZE), np.float32),
+        'next_observations': z((n, OBS_SIZE), np.float32),
+        'actions': z((n, ACTION_SIZE), np.float32),
+        'rewards': z(n, np.float32),
+        'dones': z(n, np.float32),
+        'timeouts': z(n, np.float32),
+    }
+
+
+def test_a_buffer_larger_than_buffer_size_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    from rip_learner import buffer_store
+    from rip_learner.buffer_store import BufferMeta
+    from rip_learner.learner_settings import LearnerConfigError
+
+    path = tmp_path / 'replay_buffer.safetensors'
+    buffer_store.save(path, _buffer(1001), BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, 1001))
+    before = path.read_bytes()
+    tr = Trainer(_settings(tmp_path, True, resume_buffer=str(path)), print)  # buffer_size 1000
+    with pytest.raises(LearnerConfigError, match='holds 1001 transitions, more than buffer_size'):
+        tr.resume()
+    assert tr.model.replay_buffer.pos == 0 and path.read_bytes() == before
+
+
+def test_resume_refuses_a_checkpoint_of_another_save_and_non_finite_networks(
+    tmp_path: Path,
+) -> None:
+    from safetensors.numpy import load, save
+
+    from rip_control.policy import read_metadata
+    from rip_learner import buffer_store
+    from rip_learner.learner_settings import LearnerConfigError
+
+    first = Trainer(_settings(tmp_path, True), print)
+    _fill(first, 40)
+    first.checkpoint()
+    buffer, ckpt = tmp_path / 'replay_buffer.safetensors', tmp_path / 'sac_checkpoint.safetensors'
+    generation = read_metadata(ckpt.read_bytes())['generation']
+    assert read_metadata((tmp_path / 'policy_latest.safetensors').read_bytes())['generation'] == (
+        generation
+    )
+    lines: list[str] = []
+    consistent = Trainer(_settings(tmp_path, True, resume_buffer=str(buffer)), lines.append)
+    consistent.resume()
+    assert 'and the SAC networks from' in lines[-1]
+    saved = ckpt.read_bytes()
+
+    # The next save stopped after its buffer: the checkpoint is the save before, and the
+    # buffer says so: taken, and said.
+    arrays, meta = buffer_store.load(buffer, rate_hz=50.0, obs_size=None, action_size=None)
+    newer = buffer_store.BufferMeta(
+        50.0, OBS_SIZE, ACTION_SIZE, meta.count, 9, 'next-save', generation
+    )
+    buffer_store.save(buffer, arrays, newer)
+    lines.clear()
+    Trainer(_settings(tmp_path, True, resume_buffer=str(buffer)), lines.append).resume()
+    assert any('the networks are one save older than the buffer' in x for x in lines), lines
+    assert 'and the SAC networks from' in lines[-1]
+    # A checkpoint of neither that save nor the one before: not a set one learner wrote.
+    stranger = buffer_store.BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, meta.count, 9, 'next', 'x')
+    buffer_store.save(buffer, arrays, stranger)
+    mixed = Trainer(_settings(tmp_path, True, resume_buffer=str(buffer)), print)
+    with pytest.raises(LearnerConfigError, match=f'from save {generation} but .* from save next'):
+        mixed.resume()
+
+    # A consistent set whose networks hold a NaN.
+    buffer_store.save(buffer, arrays, meta)
+    tensors = load(saved)
+    name = sorted(tensors)[0]
+    tensors[name] = np.full_like(tensors[name], np.nan)
+    ckpt.write_bytes(save(tensors, metadata=read_metadata(saved)))
+    broken = Trainer(_settings(tmp_path, True, resume_buffer=str(buffer)), print)
+    with pytest.raises(LearnerConfigError, match=rf"non-finite values in \['{name}'\]"):
+        broken.resume()
+
+
+def test_a_full_inbox_drops_and_counts_the_newest_and_stays_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rip_learner import trainer
+
+    monkeypatch.setattr(trainer, 'INBOX_MAX', 10)
+    tr = Trainer(_settings(tmp_path, True), print)
+    t = Transition(
+        0,
+        0,
+        np.zeros(OBS_SIZE, np.float32),
+        np.zeros(ACTION_SIZE, np.float32),
+        0.0,
+        np.zeros(OBS_SIZE, np.float32),
+        False,
+        False,
+        0.02,
+        0,
+    )
+    taken = [tr.put(t) for _ in range(15)]
+    assert taken == [True] * 10 + [False] * 5 and tr.inbox_dropped == 5
+    assert tr.drain() == 10 and tr.put(t)  # drained: room again
+
+
+def test_the_buffer_says_when_it_starts_replacing_its_oldest_and_counts_them(
+    tmp_path: Path,
+) -> None:
+    lines: list[str] = []
+    tr = Trainer(_settings(tmp_path, True), lines.append)  # buffer_size 1000
+    _fill(tr, 990)
+    assert tr.evicted == 0 and not any('replay buffer full' in x for x in lines)
+    _fill(tr, 15)
+    assert tr.evicted == 5 and tr.buffer_size == 1000
+    assert sum('replay buffer full (1000 transitions' in x for x in lines) == 1
+    _fill(tr, 8)
+    assert tr.evicted == 13 and sum('replay buffer full' in x for x in lines) == 1  # once

@@ -31,6 +31,7 @@ from rip_control.rig.protocol import (
     FrameParser,
     Nack,
     RigState,
+    Status,
     encode_frame,
     pack_deadman_ms,
     pack_voltage_mv,
@@ -57,6 +58,21 @@ class RigProtocolError(RigError):
     def __init__(self, message: str, error: ErrorCode | int | None = None) -> None:
         super().__init__(message)
         self.error = error
+
+
+class RigEngageRefused(RigProtocolError):
+    """ENGAGE acknowledged with the driver still off: the emergency stop is pressed.
+
+    (Or its sense wire is broken.) Not a link fault: nothing is retried.
+    """
+
+
+class RigClockJump(RigError):
+    """The rig's clock moved unlike the host's: a firmware reset, or a corrupt reading.
+
+    After a reset the encoder zero is wherever the arm was. Not a link hiccup: the
+    activation ends.
+    """
 
 
 class RigDisconnected(RigError):
@@ -221,8 +237,18 @@ class LowLevelClient:
         )
 
     def engage(self) -> Ack:
-        """Enable the motor driver at 0 V (clears a latched deadman trip)."""
-        return _decode(Ack, self._transact(Cmd.ENGAGE, b'', retries=self.retries), self.port)
+        """Enable the motor driver at 0 V (clears a latched deadman trip).
+
+        :raises RigEngageRefused: the ACK's status says the driver stayed off (the firmware
+            refuses ENGAGE while its emergency-stop input says pressed).
+        """
+        ack = _decode(Ack, self._transact(Cmd.ENGAGE, b'', retries=self.retries), self.port)
+        if not ack.status & Status.ENGAGED:
+            raise RigEngageRefused(
+                f'{self.port}: the rig refused ENGAGE, its driver stays off: is the emergency '
+                'stop pressed (or its sense wire broken)?'
+            )
+        return ack
 
     def set_deadman_ms(self, timeout_ms: int) -> Ack:
         """Change the firmware's deadman timeout (10..2000 ms)."""
@@ -233,11 +259,19 @@ class LowLevelClient:
         """Disable the motor driver; safe to call from any thread at any time.
 
         Waits at most one transaction timeout for the lock (any holder releases it within
-        that) and one for the reply, so it returns or raises within ``2 * timeout_s``. If it
-        raises, the firmware deadman still disengages within its own timeout.
+        that) and one for the reply, so it returns or raises within ``2 * timeout_s``. Only an
+        ACK whose status has the ENGAGED bit clear confirms the motor off; one that has it set
+        raises :class:`RigError`. If it raises, the firmware deadman still disengages within
+        its own timeout.
         """
         reply = self._transact(Cmd.DISENGAGE, b'', retries=1, lock_timeout_s=self.timeout_s)
-        return _decode(Ack, reply, self.port)
+        ack = _decode(Ack, reply, self.port)
+        if ack.status & Status.ENGAGED:  # the ACK alone is not "off": its status must say so
+            raise RigError(
+                f'{self.port}: DISENGAGE acknowledged but the rig reports its driver still '
+                'engaged (a stuck driver stage?)'
+            )
+        return ack
 
     # -- transport -------------------------------------------------------------------------
 

@@ -126,6 +126,9 @@ class Firmware:
         self._history: deque[tuple[float, int, int]] = deque()
         self._max_mv = round(params.max_voltage_v * 1000.0)
         self.on_event: Callable[[str], None] | None = None
+        # Fault injection: DISENGAGE acknowledged, the driver left engaged (a stuck driver
+        # stage); only the deadman (or a power-down) then stops the motor.
+        self.stuck_driver = False
 
     def power_down(self) -> None:
         """The firmware stops (SIGINT/SIGTERM): the driver stage is off before the device goes.
@@ -259,8 +262,9 @@ class Firmware:
             self.voltage_v = 0.0
             self._last_heartbeat_s = now_s
         elif cmd is Cmd.DISENGAGE:
-            self._set_engaged(False, 'command')
-            self.voltage_v = 0.0
+            if not self.stuck_driver:
+                self._set_engaged(False, 'command')
+                self.voltage_v = 0.0
         elif cmd is Cmd.SET_DEADMAN:
             ms = unpack_deadman_ms(frame.payload)
             if not DEADMAN_RANGE_MS[0] <= ms <= DEADMAN_RANGE_MS[1]:
@@ -462,6 +466,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument('--seed', type=int, default=None, help='seed for encoder noise')
     ap.add_argument(
+        '--check',
+        action='store_true',
+        help='check the arguments (the --params file included) and exit: 0 if it would '
+        'serve, 2 naming the fault (what a runner asks before it starts anything)',
+    )
+    ap.add_argument(
         '--firmware',
         choices=FIRMWARES,
         default='python',
@@ -503,6 +513,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
         '--garbage-every', type=int, default=0, help='prefix every Nth reply with garbage'
     )
     fault.add_argument('--garbage-bytes', type=int, default=16, help='garbage bytes per injection')
+    fault.add_argument(
+        '--stuck-driver',
+        action='store_true',
+        help='acknowledge DISENGAGE but leave the driver engaged (the ACK reports it); only '
+        'the deadman stops the motor',
+    )
     fault.add_argument('--stall-every', type=int, default=0, help='delay every Nth reply')
     fault.add_argument('--stall-ms', type=float, default=0.0, help='delay of a stalled reply, ms')
     fault.add_argument(
@@ -537,6 +553,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         if not DEADMAN_RANGE_MS[0] <= args.deadman_ms <= DEADMAN_RANGE_MS[1]:
             raise ValueError(f'--deadman-ms must be in {DEADMAN_RANGE_MS}, got {args.deadman_ms}')
+        if args.stuck_driver and args.firmware == 'c':
+            raise ValueError('--stuck-driver is a fault of the Python emulator only')
+        if args.check:
+            return 0
         if args.firmware == 'c':
             from rip_control.rig.host_firmware import exec_host_firmware
 
@@ -544,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             return exec_host_firmware(args, params)
         on_event = _event_sink(args.events, args.events_file)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, OSError, TypeError) as exc:
         print(f'rig_emulator: error: {exc}', file=sys.stderr)
         return 2
 
@@ -558,6 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     firmware = Firmware(
         params, deadman_timeout_ms=args.deadman_ms, start_time_s=start, seed=args.seed
     )
+    firmware.stuck_driver = args.stuck_driver
     server = _Server(firmware, faults, master, stop)
     server.stop_grace_s = max(0.0, args.stop_grace_ms) / 1000.0
     firmware.on_event = on_event

@@ -36,7 +36,7 @@ import gymnasium as gym
 import numpy as np
 
 from rip_control.params import CONTROL_PARAMETERS, From, FromParams, Param
-from rip_control.rig.client import LowLevelClient
+from rip_control.rig.client import LowLevelClient, RigClockJump
 from rip_control.rig.dynamics import FurutaDynamics, PendulumParams
 from rip_control.rig.protocol import RigState, Status
 
@@ -59,6 +59,7 @@ def action_history_of(size: int) -> int:
 
 
 VELOCITY_SCALE = 0.1
+VELOCITY_OBS_BOUND = 10.0  # the observation space's bound on a scaled velocity (100 rad/s)
 QUIET_FILTER = 0.2  # EMA weight of the reset's stillness velocities (per reset tick)
 # When the reset calls the rig quiet (held 0.5 s): the arm centred and still, the pendulum's
 # residual swing small. A rig with a wide dead zone or strong stiction cannot calm a small
@@ -147,6 +148,21 @@ class TaskConfig(FromParams):
     def obs_size(self) -> int:
         """Observation length."""
         return obs_size(self.action_history)
+
+    @classmethod
+    def step_reward_range(cls, terminated: bool, spin: float) -> tuple[float, float]:
+        """Every reward :class:`RipTask` can give a step (from the task's constants).
+
+        :param spin: the step's observed pendulum speed (``next_obs[4]``, scaled).
+
+        A terminated step earns exactly ``termination_penalty``; any other at most 1 (upright)
+        and at least minus every penalty at its largest: the arm at its limit, a full action,
+        and the spin penalty of this step's own pendulum speed.
+        """
+        if terminated:
+            return cls.termination_penalty, cls.termination_penalty
+        worst = cls.reward_arm_weight + cls.reward_action_weight
+        return -(worst + cls.reward_velocity_weight * spin**2), 1.0
 
     @property
     def period_s(self) -> float:
@@ -250,8 +266,21 @@ class RipTask:
         return abs(reading.phi) < self.config.balance_threshold_rad
 
 
-def _spaces(action_history: int) -> tuple[gym.spaces.Box, gym.spaces.Box]:
-    high = np.array([math.pi, 1.0, 1.0, 10.0, 10.0] + [1.0] * (1 + action_history), np.float32)
+def bounded_by_construction(obs_size: int) -> list[int]:
+    """The observation entries no rig can put outside [-1, 1].
+
+    Sin and cos of the pendulum angle, and the actions; the arm angle and the velocities are
+    whatever the rig measured.
+    """
+    return [1, 2, *range(OBS_SIZE - ACTION_SIZE, obs_size)]
+
+
+def spaces(action_history: int) -> tuple[gym.spaces.Box, gym.spaces.Box]:
+    """The task's (observation, action) spaces with ``action_history`` past actions."""
+    high = np.array(
+        [math.pi, 1.0, 1.0, VELOCITY_OBS_BOUND, VELOCITY_OBS_BOUND] + [1.0] * (1 + action_history),
+        np.float32,
+    )
     obs_space = gym.spaces.Box(-high, high, dtype=np.float32)
     act_space = gym.spaces.Box(-1.0, 1.0, shape=(ACTION_SIZE,), dtype=np.float32)
     return obs_space, act_space
@@ -279,7 +308,7 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
         self.client = client
         self.config = config
         self.task = RipTask(config)
-        self.observation_space, self.action_space = _spaces(config.action_history)
+        self.observation_space, self.action_space = spaces(config.action_history)
         self._rad_per_count = 2.0 * math.pi / client.device_info.counts_per_rev
         self._prev: PendulumReading | None = None
         self._steps = 0
@@ -496,17 +525,38 @@ def reset_integral(
 
 
 class _TimestampUnwrapper:
-    """Turns the firmware's wrapping u32 microsecond counter into monotonic seconds."""
+    """Turns the firmware's wrapping u32 microsecond counter into monotonic seconds.
+
+    A wrap (every 71.6 minutes) is told from a reset by the host's own clock: between two
+    readings the rig's time must advance as the host's did, within :attr:`TOLERANCE_S` (and
+    0.1 % of the gap), modulo 2**32 us. Anything else raises :class:`RigClockJump`.
+    """
+
+    TOLERANCE_S = 0.5  # serial timeouts, a paused host: far below any reset's jump
 
     def __init__(self) -> None:
-        self._last: int | None = None
-        self._offset = 0
+        self._last: int | None = None  # unwrapped, us
+        self._last_host_s = 0.0
 
-    def __call__(self, timestamp_us: int) -> float:
-        if self._last is not None and timestamp_us < self._last:
-            self._offset += 1 << 32
-        self._last = timestamp_us
-        return (timestamp_us + self._offset) * 1e-6
+    def __call__(self, timestamp_us: int, host_s: float | None = None) -> float:
+        host_s = time.monotonic() if host_s is None else host_s
+        if self._last is None:
+            unwrapped = timestamp_us
+        else:
+            gap_s = host_s - self._last_host_s
+            expected = self._last + gap_s * 1e6
+            wraps = round((expected - timestamp_us) / (1 << 32))
+            unwrapped = timestamp_us + wraps * (1 << 32)
+            off_s = (unwrapped - expected) * 1e-6
+            if abs(off_s) > self.TOLERANCE_S + 1e-3 * gap_s or unwrapped < self._last:
+                raise RigClockJump(
+                    f"the rig's clock read {timestamp_us * 1e-6:.6f} s, {off_s:+.3f} s from "
+                    f'the {gap_s:.3f} s the host counted since the last reading: a firmware '
+                    'reset (its encoder zero is lost: centre the arm and configure again) or '
+                    'a corrupt reading'
+                )
+        self._last, self._last_host_s = unwrapped, host_s
+        return unwrapped * 1e-6
 
 
 class SimRotaryInvertedPendulumEnv(gym.Env):
@@ -528,7 +578,7 @@ class SimRotaryInvertedPendulumEnv(gym.Env):
     def __init__(self, config: TaskConfig, params: PendulumParams | None = None) -> None:
         self.config = config
         self.task = RipTask(config)
-        self.observation_space, self.action_space = _spaces(config.action_history)
+        self.observation_space, self.action_space = spaces(config.action_history)
         self.set_params(params or PendulumParams())
         self._prev: PendulumReading | None = None
         self._steps = 0

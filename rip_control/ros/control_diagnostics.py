@@ -165,6 +165,8 @@ class ControlDiagnostics:
                 transitions_subscribers=outputs.subscribers() if outputs else 0,
                 transitions_unmatched=outputs.unmatched if outputs else 0,
                 transitions_unsent=outputs.unsent if outputs else 0,
+                files_unwritten=outputs.unwritten if outputs else 0,
+                last_file_error=(outputs.last_file_error if outputs else '') or 'none',
                 control_process=f'pid {rt.pid} ({describe_exit(rt.poll())})',
                 realtime=', '.join(realtime_notes),
                 control_thread_fifo=fifo,

@@ -117,6 +117,28 @@ class ControlNode(LifecycleNode):
         self._activation_base = 0  # the RT status's activation count when we last activated
         self._fault_guard = self.create_guard_condition(self._on_control_fault)
         self.create_timer(1.0, self._publish_diagnostics)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+
+    def _on_set_parameters(self, params: list[Any]) -> Any:
+        """Refuse every change while configured: the node reads its parameters at configure.
+
+        A limit (``max_action_v``) or a fault injection set on a configured node would not
+        act until the next configure, yet read back as if it did; on an active one it is what
+        nobody may change under an engaged motor. Deactivate and clean up first.
+        """
+        from rcl_interfaces.msg import SetParametersResult
+
+        state = self._state_machine.current_state[1]
+        if state == 'unconfigured':
+            return SetParametersResult(successful=True)
+        names = ', '.join(p.name for p in params)
+        return SetParametersResult(
+            successful=False,
+            reason=(
+                f'{names} cannot change while the node is configured (now {state}): parameters '
+                'take effect at configure; deactivate and clean up first'
+            ),
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -150,6 +172,13 @@ class ControlNode(LifecycleNode):
         )
         try:
             ready = rt.start()
+            if int(ready['deadman_ms']) > s.max_deadman_ms:
+                # A host that stalls leaves the motor driven for this long.
+                raise RtStartFailed(
+                    f"the rig's firmware deadman is {ready['deadman_ms']} ms, more than "
+                    f'max_deadman_ms {s.max_deadman_ms}: set its deadman shorter (SET_DEADMAN, '
+                    'docs/serial_protocol.md) or raise max_deadman_ms'
+                )
         except RtStartFailed as exc:
             rt.stop_process()
             rt.close()
@@ -176,6 +205,7 @@ class ControlNode(LifecycleNode):
             s.tick_topic_max_hz,
             s.tick_trace,
             self._weights.learner_stats,
+            s.run_id,
         )
         self._weights_sub = self.create_subscription(
             UInt8MultiArray,
@@ -582,7 +612,7 @@ class ControlNode(LifecycleNode):
         s, rt = self._settings, self._rt
         if s is None or rt is None or rt.ch is None or self._rt_lost:
             return
-        self._weights.take(bytes(msg.data), rt, s.task)
+        self._weights.take(msg.data, rt, s.task, s.run_id)
 
     # -- diagnostics -----------------------------------------------------------------------
 
@@ -637,7 +667,7 @@ def main(args: list[str] | None = None) -> int:
     # First: from here on a signal is a stop request, recorded; nothing is raised into the
     # set-up, and the finally below runs whatever the moment.
     stop = StopSignals().install()
-    init_rclpy(args)
+    widened = init_rclpy(args)
     node: ControlNode | None = None
     executor: MultiThreadedExecutor | None = None
     code = 0
@@ -649,6 +679,8 @@ def main(args: list[str] | None = None) -> int:
             code = 2
         if node is not None:
             log = node.get_logger()
+            if widened:
+                log.warning(widened)
             # Threads created from here on (executor workers, the pump thread) inherit it.
             prio = node.get_parameter('gil_holders_fifo_priority').value
             if prio > 0:

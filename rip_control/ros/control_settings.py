@@ -30,11 +30,13 @@ class NodeSettings(FromParams):
         'serial_port': From('serial_port'),
         'serial_timeout_s': From('serial_timeout_ms', 1e-3),
         'node_timeout_s': From('node_timeout_ms', 1e-3),
+        'max_deadman_ms': From('max_deadman_ms'),
         'policy': From('policy'),
         'allow_random_policy': From('allow_random_policy'),
         'hidden_sizes': From('hidden_sizes', cast=_ints),
         'run_name': From('run_name'),
         'runs_dir': From('runs_dir'),
+        'run_id': From('run_id'),
         'control_cpu': From('control_cpu'),
         'fifo_priority': From('fifo_priority'),
         'gil_holders_fifo_priority': From('gil_holders_fifo_priority'),
@@ -50,11 +52,13 @@ class NodeSettings(FromParams):
     serial_port: str
     serial_timeout_s: float
     node_timeout_s: float
+    max_deadman_ms: int
     policy: str
     allow_random_policy: bool
     hidden_sizes: tuple[int, ...]
     run_name: str
     runs_dir: str
+    run_id: str
     control_cpu: int
     fifo_priority: int
     gil_holders_fifo_priority: int

@@ -29,7 +29,7 @@ from rip_control.rt.gate import MISSED, VERDICTS
 from rip_control.rt.link import RtStatus
 from rip_control.rt.loop import EpisodeSummary
 from rip_control.telemetry import EPISODE_KINDS, EpisodeTiming, TimingCsv
-from rip_control.transitions import field_layout
+from rip_control.transitions import field_layout, run_tagged
 
 EPISODE_FIELDS = (
     'episode',
@@ -58,6 +58,42 @@ def _dims(labels_sizes: Any) -> list[MultiArrayDimension]:
     return [MultiArrayDimension(label=label, size=n, stride=n) for label, n in labels_sizes]
 
 
+class TickTrace:
+    """The newest ``capacity`` ticks' ``(dt, overrun, previous work)``, in a fixed ring.
+
+    An activation of hours stays bounded (``capacity`` x 24 bytes); the ticks that did not
+    stay are counted.
+    """
+
+    CAPACITY = 1 << 20  # 24 MiB: 5.8 h at 50 Hz, 17 min at 1 kHz (the timing benchmarks' 10)
+
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self._ring = np.empty((capacity, 3), dtype=np.float64)  # pages taken as they fill
+        self.seen = 0  # ticks appended since the last clear
+
+    def append(self, dt_s: float, overrun_s: float, prev_work_s: float) -> None:
+        """One tick; the oldest is overwritten once the ring is full."""
+        self._ring[self.seen % len(self._ring)] = (dt_s, overrun_s, prev_work_s)
+        self.seen += 1
+
+    @property
+    def not_kept(self) -> int:
+        """Ticks overwritten by newer ones."""
+        return max(0, self.seen - len(self._ring))
+
+    def kept(self) -> np.ndarray:
+        """The kept ticks, oldest first (rows of dt, overrun, previous work)."""
+        n = len(self._ring)
+        if self.seen <= n:
+            return self._ring[: self.seen].copy()
+        i = self.seen % n
+        return np.concatenate([self._ring[i:], self._ring[:i]])
+
+    def clear(self) -> None:
+        """Forget every tick."""
+        self.seen = 0
+
+
 class LoopOutputs:
     """The loop's publishers and files, and the counts of what went where.
 
@@ -69,6 +105,7 @@ class LoopOutputs:
         none kept).
     :param learner_stats: the learner's (train calls, train seconds) so far: the first
         episode's ``timing.csv`` row counts from these.
+    :param run_id: the run's identity, tagged on every transition ('' : none).
 
     Its counts (published, unsent, unmatched) are since configure, as the real-time
     process's own are since its start.
@@ -82,6 +119,7 @@ class LoopOutputs:
         tick_topic_max_hz: float,
         tick_trace: str,
         learner_stats: tuple[int, float] = (0, 0.0),
+        run_id: str = '',
     ) -> None:
         self._node = node
         self._transitions_pub = node.create_publisher(
@@ -89,18 +127,20 @@ class LoopOutputs:
         )
         self._tick_pub = node.create_publisher(Float64MultiArray, '~/tick', TICK_QOS)
         self._episode_pub = node.create_publisher(Float64MultiArray, '~/episode', 10)
-        self._layout_dims = _dims(field_layout(obs_size, ACTION_SIZE))
+        self._layout_dims = _dims(run_tagged(field_layout(obs_size, ACTION_SIZE), run_id))
         self._episode_dims = _dims((label, 1) for label in EPISODE_FIELDS)
         self._tick_dims = _dims((('dt_ms', 1), ('overrun_ms', 1)))
         self._min_tick_gap_s = 1.0 / tick_topic_max_hz if tick_topic_max_hz > 0 else math.inf
         self._last_tick_pub = 0.0
         self._tick_trace = tick_trace
-        self._trace: list[tuple[float, float, float]] = []
+        self._trace = TickTrace() if tick_trace else None
         self._csv: TimingCsv | None = TimingCsv(run_dir / run_files.TIMING_CSV)
         self._learner_at_episode = learner_stats
         self.published = 0  # transitions published
         self.unsent = 0  # transitions that came after ROS shut down: counted, not published
         self.unmatched = 0  # published while no subscription had matched
+        self.unwritten = 0  # timing.csv rows and tick traces a write error (disk full) lost
+        self.last_file_error = ''
         self._alive = True
 
     def subscribers(self) -> int:
@@ -127,8 +167,8 @@ class LoopOutputs:
         """Per-tick ``(dt, overrun, previous work, strike)``: traced, and published capped."""
         now = time.monotonic()
         for dt_s, overrun_s, prev_work_s, _strike in samples:
-            if self._tick_trace:
-                self._trace.append((dt_s, overrun_s, prev_work_s))
+            if self._trace is not None:
+                self._trace.append(dt_s, overrun_s, prev_work_s)
             if publish and now - self._last_tick_pub >= self._min_tick_gap_s * 0.999:
                 self._last_tick_pub = now
                 msg = Float64MultiArray()
@@ -152,7 +192,9 @@ class LoopOutputs:
         calls0, secs0 = self._learner_at_episode
         self._learner_at_episode = learner_stats
         if self._csv is not None:
-            self._csv.append(
+            self._write(
+                self._csv.path,
+                self._csv.append,
                 EpisodeTiming(
                     episode=ep.episode,
                     n_ticks=ep.n_ticks,
@@ -168,7 +210,7 @@ class LoopOutputs:
                     kind=ep.kind,
                     verdict=ep.verdict,
                     live_version=ep.live_version,
-                )
+                ),
             )
         if not publish:
             return
@@ -204,15 +246,39 @@ class LoopOutputs:
             f'{ep.transitions_published} transitions ({ep.transitions_dropped_late} late dropped)'
         )
 
+    def _write(self, path: Path, write: Any, *args: Any) -> bool:
+        """``write(*args)``; a write error (a full disk) is logged naming ``path`` and counted.
+
+        The loop goes on either way: an episode's report, its message and the counters never
+        depend on a file; the files written before stay as they were (rows are appended, the
+        trace replaced atomically).
+        """
+        try:
+            write(*args)
+        except OSError as exc:
+            self.unwritten += 1
+            self.last_file_error = f'{path}: {exc.strerror or exc}'
+            self._node.get_logger().error(
+                f'could not write {path} ({exc.strerror or exc}); {self.unwritten} write(s) '
+                'lost so far; the loop goes on',
+                throttle_duration_sec=5.0,
+            )
+            return False
+        return True
+
     def start_trace(self) -> None:
         """Forget the ticks traced so far (an activation starts a trace of its own)."""
-        self._trace = []
+        if self._trace is not None:
+            self._trace.clear()
 
     def write_trace(self, rate_hz: float, st: RtStatus, fifo: bool) -> None:
-        """Write the ticks traced since :meth:`start_trace` (if a trace file was asked for)."""
-        if not self._tick_trace or not self._trace:
+        """Write the ticks traced since :meth:`start_trace` (if a trace file was asked for).
+
+        The newest :attr:`TickTrace.CAPACITY` of them; ``ticks_not_kept`` counts the rest.
+        """
+        if self._trace is None or not self._trace.seen:
             return
-        trace = np.asarray(self._trace, dtype=np.float64)
+        trace = self._trace.kept()
         arrays: dict[str, Any] = {
             'dt_s': trace[:, 0],
             'overrun_s': trace[:, 1],
@@ -223,13 +289,19 @@ class LoopOutputs:
             'ticks_dropped': np.int64(st.ticks_dropped),
             'fifo': np.bool_(fifo),
             'swap_max_s': np.float64(st.swap_max_s),
+            'ticks_not_kept': np.int64(self._trace.not_kept),
         }
         path = Path(self._tick_trace)
         buf = io.BytesIO()
         np.savez(buf, **arrays)
-        atomic_write_bytes(path, buf.getvalue())
-        self._node.get_logger().info(f'tick trace of {len(trace)} ticks written to {path}')
-        self._trace = []
+        if not self._write(path, atomic_write_bytes, path, buf.getvalue()):
+            self._trace.clear()
+            return
+        lost = (
+            f' (the {self._trace.not_kept} before them not kept)' if self._trace.not_kept else ''
+        )
+        self._node.get_logger().info(f'tick trace of {len(trace)} ticks written to {path}{lost}')
+        self._trace.clear()
 
     def destroy(self) -> None:
         """Destroy the publishers and close ``timing.csv`` (idempotent)."""

@@ -8,6 +8,7 @@ and limits that the table says.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
@@ -51,18 +52,47 @@ def declare(node: Any, table: tuple[Param, ...]) -> None:
         node.declare_parameter(p.name, p.default, descriptor(p))
 
 
-def init_rclpy(args: list[str] | None = None) -> None:
+DISCOVERY_RANGE = 'ROS_AUTOMATIC_DISCOVERY_RANGE'
+
+
+def init_rclpy(args: list[str] | None = None) -> str:
     """``rclpy.init`` without rclpy's signal handlers (:func:`spin_until_shutdown` adds them).
 
     rclpy's handlers shut the context down at a signal; during set-up that fails whatever is
     being built (a publisher on a dead context) and skips the code that would stop safely.
     The process's :class:`rip_control.signals.StopSignals`, installed before this, records a
     signal during set-up instead.
+
+    DDS discovery stays on this machine (``LOCALHOST``) unless the user set
+    ``ROS_AUTOMATIC_DISCOVERY_RANGE``: a node that drives a motor is not reachable from the
+    network by default.
+
+    :returns: a warning to log when discovery was widened ('' when it stays on loopback).
     """
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
+    os.environ.setdefault(DISCOVERY_RANGE, 'LOCALHOST')
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    return widened_discovery()
+
+
+def widened_discovery() -> str:
+    """What a discovery beyond this machine exposes.
+
+    '' for ``LOCALHOST`` without static peers, and for ``OFF``.
+    """
+    scope = os.environ.get(DISCOVERY_RANGE, '')
+    peers = os.environ.get('ROS_STATIC_PEERS', '')
+    if scope == 'OFF' or (scope == 'LOCALHOST' and not peers):
+        return ''
+    return (
+        f'DDS discovery widened ({DISCOVERY_RANGE}={scope or "unset"}'
+        + (f', ROS_STATIC_PEERS={peers}' if peers else '')
+        + f', domain {os.environ.get("ROS_DOMAIN_ID", "0")}): any participant that reaches '
+        'this one can publish policy_weights and transitions and call its lifecycle and '
+        'parameter services; keep the network private or use SROS2'
+    )
 
 
 def spin_until_shutdown(node: Any, executor: Any, stop: StopSignals | None = None) -> int:

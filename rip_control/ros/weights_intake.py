@@ -9,18 +9,21 @@ reason counted and logged; the real-time process only ever sees a validated acto
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 import math
 from pathlib import Path
 from typing import Any
 
 from rip_control import run_files
 from rip_control.files import atomic_write_bytes
-from rip_control.policy import PolicyRejected, decode_actor
+from rip_control.policy import MAX_HEADER_BYTES, PolicyRejected, decode_actor, read_metadata
 from rip_control.rig.env import ACTION_SIZE, TaskConfig
 from rip_control.rt.gate import rejection_reason
 from rip_control.rt.handle import RtProcess
 from rip_control.rt.loop import EpisodeSummary
 
+# A safetensors file holds its arrays and a JSON header of at most this (policy.py's bound).
+MESSAGE_SLACK_BYTES = MAX_HEADER_BYTES + 8
 KEEP_VERSIONS = 32  # accepted messages kept by version, for policy_best (an evaluation
 # judges the actor that was newest when it began: a few versions back at most)
 
@@ -93,9 +96,28 @@ class WeightsIntake:
             line += f'; saved as {run_dir / run_files.POLICY_BEST}'
         return line
 
-    def take(self, data: bytes, rt: RtProcess, task: TaskConfig) -> bool:
-        """Validate ``data`` and hand it to ``rt`` (it swaps at its next tick); whether it did."""
+    def take(self, data: Sequence[int], rt: RtProcess, task: TaskConfig, run_id: str = '') -> bool:
+        """Validate ``data`` and hand it to ``rt`` (it swaps at its next tick); whether it did.
+
+        :param data: the message's bytes (its ``data`` field as received: its size is checked
+            before it is copied).
+        :param run_id: this run's identity: weights tagged with another (or none) are refused
+            ('' : any).
+        """
         try:
+            limit = rt.sizes.weights_bytes + MESSAGE_SLACK_BYTES
+            if len(data) > limit:
+                raise PolicyRejected(
+                    f'a weights message of {len(data)} bytes is larger than any actor the '
+                    f'real-time process can hold ({limit} bytes with the file header)'
+                )
+            data = bytes(data)
+            theirs = read_metadata(data).get('run_id', '')
+            if run_id and theirs != run_id:
+                raise PolicyRejected(
+                    f'weights from run {theirs or "(untagged)"}, not this run ({run_id}): '
+                    'another learner on this DDS domain?'
+                )
             actor = decode_actor(
                 data,
                 rate_hz=task.rate_hz,
@@ -103,6 +125,7 @@ class WeightsIntake:
                 action_size=ACTION_SIZE,
                 action_history=task.action_history,
                 min_version=rt.weights_version,
+                fits=rt.check_fits,
             )
             md = actor.metadata
             stats = (  # before the hand-over: a refused message changes nothing
@@ -111,11 +134,15 @@ class WeightsIntake:
             )
             rt.write_weights(actor)
             self.remember(actor.version, data)
-        except (PolicyRejected, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - a message must never end the node
+            # PolicyRejected names what is wrong; anything else is a message no check
+            # foresaw, refused all the same (a stranger's bytes must not end the run).
             self.rejected += 1
-            self.last_rejection = str(exc)
+            self.last_rejection = (
+                str(exc) if isinstance(exc, PolicyRejected) else f'{type(exc).__name__}: {exc}'
+            )[:500]
             self._log.warning(
-                f'policy weights rejected ({self.rejected} so far): {exc}',
+                f'policy weights rejected ({self.rejected} so far): {self.last_rejection}',
                 throttle_duration_sec=5.0,
             )
             return False

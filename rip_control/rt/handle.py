@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from rip_control.policy import NumpyActor, PolicyRejected
+from rip_control.policy import NumpyActor, PolicyMeta, PolicyRejected
 from rip_control.rig.env import TaskConfig
 from rip_control.rt.channels import SharedMemory
 from rip_control.rt.link import (
@@ -206,17 +206,24 @@ class RtProcess:
         finally:
             self._command_lock.release()
 
+    def check_fits(self, meta: PolicyMeta) -> None:
+        """Refuse an actor of this architecture if it would not fit the weights box.
+
+        :raises PolicyRejected: naming its size and the box's.
+        """
+        need = weights_bytes_needed(meta)
+        if need > self.sizes.weights_bytes:
+            raise PolicyRejected(
+                f'weights of hidden sizes {list(meta.hidden_sizes)} take {need} bytes, more '
+                f'than the {self.sizes.weights_bytes} the real-time process was configured for'
+            )
+
     def write_weights(self, actor: NumpyActor) -> None:
         """Hand a validated, newer actor to the loop (it swaps at its next tick).
 
         :raises PolicyRejected: too large for the weights box, or not newer than the last.
         """
-        need = weights_bytes_needed(actor)
-        if need > self.sizes.weights_bytes:
-            raise PolicyRejected(
-                f'weights of hidden sizes {actor.meta.hidden_sizes} take {need} bytes, more than '
-                f'the {self.sizes.weights_bytes} the real-time process was configured for'
-            )
+        self.check_fits(actor.meta)
         if actor.version <= self.weights_version:
             raise PolicyRejected(
                 f'weights version {actor.version} is not newer than the running '

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from dataclasses import astuple, dataclass, fields
 import json
+import math
 import struct
 import typing
 from typing import Any, ClassVar
 
 import numpy as np
 
-from rip_control.policy import NumpyActor, PolicyMeta
+from rip_control.policy import NumpyActor, PolicyMeta, tensor_shapes
 from rip_control.rig.env import action_history_of
 from rip_control.rt.channels import CACHE_LINE, Latest, Ring, Word
 
@@ -57,7 +58,7 @@ class ChannelSizes:
             transition_bytes=4 * transition_floats,
             transitions=10 * round(rate_hz) + 100,
             ticks=4 * round(rate_hz) + 100,
-            weights_bytes=max(weights_bytes_needed(actor), WEIGHTS_MIN_BYTES),
+            weights_bytes=max(weights_bytes_needed(actor.meta), WEIGHTS_MIN_BYTES),
         )
 
 
@@ -120,10 +121,15 @@ RtStatus._STRUCT = struct.Struct(
 )
 
 
-def weights_bytes_needed(actor: NumpyActor) -> int:
-    """Bytes :func:`encode_weights` takes for an actor of this architecture."""
-    n_hidden = len(actor.meta.hidden_sizes)
-    return _WEIGHTS_HEAD.size + 4 * n_hidden + sum(a.size * 4 for a in actor.prepared_arrays())
+def weights_bytes_needed(meta: PolicyMeta) -> int:
+    """Bytes :func:`encode_weights` takes for an actor of this architecture.
+
+    From the metadata alone, so an actor too large for the slot is refused before its
+    tensors are decoded.
+    """
+    shapes = tensor_shapes(meta.obs_size, meta.action_size, meta.hidden_sizes)
+    arrays = sum(4 * math.prod(shape) for shape in shapes.values())
+    return _WEIGHTS_HEAD.size + 4 * len(meta.hidden_sizes) + arrays
 
 
 def encode_weights(actor: NumpyActor) -> bytes:

@@ -26,7 +26,13 @@ import numpy as np
 
 from rip_control.params import CONTROL_PARAMETERS, From, FromParams, Param
 from rip_control.policy import NumpyActor
-from rip_control.rig.client import RigDisconnected, RigError, RigProtocolError
+from rip_control.rig.client import (
+    RigClockJump,
+    RigDisconnected,
+    RigEngageRefused,
+    RigError,
+    RigProtocolError,
+)
 from rip_control.rig.env import RealRotaryInvertedPendulumEnv
 from rip_control.rig.excitation import Excitation, ExcitationDesign
 from rip_control.rig.protocol import ErrorCode
@@ -371,8 +377,8 @@ class ControlLoop:
                 try:
                     self._step(timing, strike)
                     self._errors_in_row = 0
-                except RigDisconnected:
-                    raise
+                except (RigDisconnected, RigEngageRefused, RigClockJump):
+                    raise  # not a link hiccup: the rig gone, its stop pressed, or it reset
                 except RigError as exc:
                     self._on_serial_error(exc)
             # A clean stop: nothing violated, so what is still held back is good data.

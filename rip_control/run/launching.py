@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import os
 from pathlib import Path
+import secrets
+import subprocess
 import sys
 from typing import Any
 
@@ -377,6 +379,11 @@ def plan(
     elif not control.get('policy') and not control.get('allow_random_policy'):
         control['policy'] = str(shipped_policy(rate_hz))
     learner['policy'] = control['policy']
+    if not set_by_user(args, values, 'run_id'):
+        # A fresh identity per run, shared by its nodes: weights and transitions of any other
+        # run in this DDS domain are refused (a second runner, a stray learner).
+        # Letters first: an all-digit or '1e5'-like text would reach a node as a number.
+        control['run_id'] = learner['run_id'] = 'run' + secrets.token_hex(8)
     if control['policy'] and not set_by_user(args, values, 'action_history'):
         # Not typed and not in the params file: the k the initial policy was trained with.
         k = recorded_action_history(str(control['policy']), int(control['action_history']))
@@ -505,12 +512,28 @@ def preflight(
                 'leave serial_port empty to use the emulator)'
             )
     if values['rig_params']:
-        from rip_control.rig.dynamics import PendulumParams
+        # Checked by the emulator's own program, in a process of its own: the rig's physics
+        # reach no process but the emulator's (what adapt's identification must not see).
+        from rip_control.procs import child_env
 
         try:
-            PendulumParams.from_yaml(values['rig_params'])
-        except (OSError, ValueError, TypeError) as exc:
-            raise ValueError(f'rig_params:={values["rig_params"]}: {exc}') from None
+            check = subprocess.run(
+                [sys.executable, '-m', EXECUTABLES['rig_emulator'], '--check']
+                + ['--params', str(values['rig_params'])]
+                + ['--firmware', str(values['rig_firmware'])],
+                env=child_env(),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        except subprocess.TimeoutExpired:
+            raise ValueError(
+                f'rig_params:={values["rig_params"]}: its check did not finish within 120 s'
+            ) from None
+        if check.returncode != 0:
+            lines = check.stderr.strip().splitlines() or [f'exit {check.returncode}']
+            why = lines[-1].removeprefix('rig_emulator: error: ')
+            raise ValueError(f'rig_params:={values["rig_params"]}: {why}')
     if values['rig_firmware'] == 'c' and not ports:
         from rip_control.rig.host_firmware import FirmwareNotBuilt, build_host_binary
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 import functools
 import math
+import signal
 import sys
 import threading
 import time
@@ -33,7 +34,7 @@ from typing import Any
 from rip_control.params import CONTROL_PARAMETERS, Param, parse_options, table_by_name
 from rip_control.rt.gate import MISSED, VERDICTS, rejection_reason
 from rip_control.run.launching import LAUNCH_ARGUMENT_BY_NAME
-from rip_control.signals import StopSignals
+from rip_control.signals import StopRequested, StopSignals
 from rip_control.telemetry import EPISODE_KINDS
 
 OPTIONS = (
@@ -474,20 +475,24 @@ def main(argv: list[str] | None = None) -> int:
     Exit status: 0 done (or stopped by the operator or a signal), 1 a node failed, 2 bad
     arguments.
     """
-    stop = StopSignals().install()  # first, before anything a signal could interrupt
+    # First, before anything a signal could interrupt. A signal is only recorded: raised
+    # between two bytecodes of rclpy's executor it once left half a Task behind (a traceback
+    # from its finaliser) and, swallowed there, a supervisor watching forever. Every wait
+    # polls it instead (within 0.1 s) and the program ends through its own path.
+    stop = StopSignals().install()
+
+    def check() -> None:
+        if stop.requested:
+            raise StopRequested(stop.signum or signal.SIGINT)
+
     try:
-        with stop.interruptible():
-            return _main(list(sys.argv[1:] if argv is None else argv), stop.check)
+        return _main(list(sys.argv[1:] if argv is None else argv), check)
     except KeyboardInterrupt:  # each control node disengages on its own signal
         return 0
 
 
 def _main(argv: list[str], check: Callable[[], None]) -> int:
-    """The program's work; ``check`` raises for a stop whose first raise Python swallowed.
-
-    (In a finaliser, say.) Every wait calls it, so such a stop still ends the run instead of
-    leaving the supervisor watching forever (``episodes:=0``) until it is killed.
-    """
+    """The program's work; ``check`` (called by every wait) raises once a stop came."""
     import os
 
     ros_args = argv[argv.index('--ros-args') :] if '--ros-args' in argv else []
@@ -498,12 +503,15 @@ def _main(argv: list[str], check: Callable[[], None]) -> int:
         print(f'finetune_supervisor: {exc}', file=sys.stderr)
         return 2
     import rclpy
-    from rclpy.signals import SignalHandlerOptions
+
+    from rip_control.ros.node_params import init_rclpy
 
     controls = [c.strip() for c in str(opts['controls']).split(',') if c.strip()]
-    rclpy.init(args=['--ros-args', *ros_args[1:]], signal_handler_options=SignalHandlerOptions.NO)
+    widened = init_rclpy(['--ros-args', *ros_args[1:]])
     node = rclpy.create_node(f'rip_supervisor_{os.getpid()}')
     log = node.get_logger()
+    if widened:
+        log.warning(widened)
     sup = Supervisor(node, controls, opts['learn'], opts['violation_restarts'], log.info, check)
     try:
         sup.start(60.0, opts['match_timeout_s'])

@@ -38,6 +38,7 @@ from rip_control.files import atomic_write_bytes
 from rip_control.params import parse_args
 from rip_control.procs import child_env, die_with_parent, ensure_loopback_dds, stop_process
 from rip_control.rig.emulator_process import EmulatorProcess
+from rip_control.ros.node_params import security_named
 from rip_control.run.launching import ProcessSpec, arguments_help, plan
 from rip_control.run.summary import merge_timing, summarise
 from rip_control.run.supervisor import RunFailed, Supervisor, say
@@ -164,8 +165,9 @@ def _run(
     )
     # Ctrl-C must reach our own stop path as KeyboardInterrupt with the context still up
     # (rclpy's handler would shut the context down under the safe-stop sequence).
-    rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
-    node = rclpy.create_node(f'rip_finetune_{os.getpid()}')
+    with security_named():  # SROS2 asked for and refused: a named error before anything starts
+        rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
+        node = rclpy.create_node(f'rip_finetune_{os.getpid()}')
     children: list[_Child] = []
     emulators: list[EmulatorProcess] = []
     failure = ''

@@ -54,6 +54,7 @@ def record(
 
     from rip_control.bags import BagWriter
     from rip_control.rig.env import ACTION_SIZE, obs_size
+    from rip_control.ros.node_params import security_named
     from rip_control.ros.qos import TRANSITIONS_QOS
 
     writer = BagWriter(opts['out'], opts['rate'], obs_size(opts['action_history']), ACTION_SIZE)
@@ -61,8 +62,9 @@ def record(
     try:
         # No rclpy handlers: the loop below polls ``stop`` (rclpy's would shut the context
         # down under the subscription).
-        rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
-        node = rclpy.create_node('rip_record')
+        with security_named():  # SROS2 asked for and refused: a named error, exit 2
+            rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
+            node = rclpy.create_node('rip_record')
         executor = SingleThreadedExecutor()
         executor.add_node(node)
 

@@ -286,21 +286,26 @@ def main(args: list[str] | None = None) -> int:
     the loading finish, then saves what it holds: nothing received is lost, nothing
     half-loaded is written. A signal before that (nothing loaded yet) exits 0 at once.
     """
-    from rip_control.ros.node_params import init_rclpy
+    from rip_control.ros.node_params import SecurityRefused, init_rclpy, security_named
     from rip_control.signals import StopSignals
 
     # First: from here on a signal is a stop request, recorded; nothing is raised into the
     # set-up, and the finally below (the final save) runs whatever the moment.
     stop = StopSignals().install()
-    widened = init_rclpy(args)
+    try:
+        widened = init_rclpy(args)
+    except SecurityRefused as exc:  # nothing exists yet, nothing to save
+        print(f'rip_learner: {exc}', file=sys.stderr, flush=True)
+        return 2
     node: LearnerNode | None = None
     executor: SingleThreadedExecutor | None = None
     code = 0
     try:
         if not stop.requested:
             try:
-                node = LearnerNode()  # the training thread starts in here
-            except (LearnerConfigError, ValueError) as exc:  # ValueError: a refused parameter
+                with security_named():
+                    node = LearnerNode()  # the training thread starts in here
+            except (LearnerConfigError, ValueError) as exc:  # a refused parameter, SROS2
                 print(f'rip_learner: {exc}', file=sys.stderr, flush=True)
                 code = 2
         if node is not None:

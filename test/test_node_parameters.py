@@ -212,14 +212,17 @@ def test_a_bare_node_declares_the_tables_defaults_which_make_demo_runs(ros_node,
     }
 
 
-@pytest.mark.parametrize('scope', [None, 'SUBNET'])
-def test_a_bare_node_warns_when_its_discovery_is_widened_beyond_this_machine(scope):
-    # Unset, the node takes LOCALHOST itself (node_params.init_rclpy) and says nothing.
+@pytest.mark.parametrize('peers', [None, '127.0.0.1'])
+def test_a_bare_node_warns_when_its_discovery_is_widened_beyond_this_machine(peers):
+    # Unset, the node takes LOCALHOST itself (node_params.init_rclpy) and says nothing. A
+    # static peer widens it (the README's way to reach a remote learner); the peer here is
+    # loopback, so the test's traffic stays on this machine (SUBNET would not: below).
     env = child_env()
     env.pop('ROS_AUTOMATIC_DISCOVERY_RANGE', None)
-    if scope is not None:
-        env['ROS_AUTOMATIC_DISCOVERY_RANGE'] = scope
-    name = f'rip_scope_{os.getpid()}_{scope}'
+    env.pop('ROS_STATIC_PEERS', None)
+    if peers is not None:
+        env['ROS_STATIC_PEERS'] = peers
+    name = f'rip_scope_{os.getpid()}_{bool(peers)}'
     proc = subprocess.Popen(
         [sys.executable, '-m', 'rip_control.ros.control_node']
         + ['--ros-args', '-r', f'__node:={name}'],
@@ -246,8 +249,31 @@ def test_a_bare_node_warns_when_its_discovery_is_widened_beyond_this_machine(sco
             proc.communicate()
     out = ''.join(lines) + rest
     assert 'unconfigured, waiting for configure' in out, out
-    widened = 'DDS discovery widened (ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET'
-    if scope == 'SUBNET':
-        assert widened in out and 'can publish policy_weights and transitions' in out, out
+    widened = 'DDS discovery widened (ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, ROS_STATIC_PEERS='
+    if peers is not None:
+        assert widened + peers in out and 'can publish policy_weights and transitions' in out, out
     else:
         assert 'DDS discovery widened' not in out, out
+
+
+@pytest.mark.parametrize(
+    ('scope', 'peers', 'warned'),
+    [
+        ('LOCALHOST', '', False),
+        ('OFF', '', False),
+        ('LOCALHOST', '10.0.0.2', True),
+        ('SUBNET', '', True),
+        ('SYSTEM_DEFAULT', '', True),
+        ('', '', True),  # set but empty: rmw's default, the subnet
+    ],
+)
+def test_which_discovery_settings_are_warned_about(monkeypatch, scope, peers, warned):
+    # The ranges a process test cannot use here without traffic beyond loopback.
+    from rip_control.ros.node_params import widened_discovery
+
+    monkeypatch.setenv('ROS_AUTOMATIC_DISCOVERY_RANGE', scope)
+    monkeypatch.setenv('ROS_STATIC_PEERS', peers)
+    text = widened_discovery()
+    assert bool(text) == warned, text
+    if warned:
+        assert f'ROS_AUTOMATIC_DISCOVERY_RANGE={scope or "unset"}' in text, text

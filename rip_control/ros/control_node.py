@@ -661,20 +661,25 @@ def main(args: list[str] | None = None) -> int:
     did not confirm the disengage (the firmware deadman is then what stops the motor); 2 a
     parameter the table refuses.
     """
-    from rip_control.ros.node_params import init_rclpy
+    from rip_control.ros.node_params import SecurityRefused, init_rclpy, security_named
     from rip_control.signals import StopSignals
 
     # First: from here on a signal is a stop request, recorded; nothing is raised into the
     # set-up, and the finally below runs whatever the moment.
     stop = StopSignals().install()
-    widened = init_rclpy(args)
+    try:
+        widened = init_rclpy(args)
+    except SecurityRefused as exc:  # nothing exists yet, nothing to stop
+        print(f'rip_control: {exc}', file=sys.stderr, flush=True)
+        return 2
     node: ControlNode | None = None
     executor: MultiThreadedExecutor | None = None
     code = 0
     try:
         try:
-            node = ControlNode()
-        except ValueError as exc:  # a parameter the table refuses, named
+            with security_named():
+                node = ControlNode()
+        except ValueError as exc:  # a parameter the table refuses, SROS2 refused: named
             print(f'rip_control: {exc}', file=sys.stderr, flush=True)
             code = 2
         if node is not None:

@@ -8,6 +8,8 @@ and limits that the table says.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 import os
 from typing import Any
 
@@ -73,8 +75,51 @@ def init_rclpy(args: list[str] | None = None) -> str:
     from rclpy.signals import SignalHandlerOptions
 
     os.environ.setdefault(DISCOVERY_RANGE, 'LOCALHOST')
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    with security_named():
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     return widened_discovery()
+
+
+SECURITY_ENV = (
+    'ROS_SECURITY_ENABLE',
+    'ROS_SECURITY_STRATEGY',
+    'ROS_SECURITY_KEYSTORE',
+    'ROS_SECURITY_ENCLAVE_OVERRIDE',
+)
+
+
+class SecurityRefused(ValueError):
+    """SROS2 was asked for (``ROS_SECURITY_ENABLE=true``) and rcl or the DDS refused it.
+
+    A configuration error (exit status 2), raised before the node exists: a process told to
+    run secured never falls back to running open.
+    """
+
+
+@contextmanager
+def security_named() -> Iterator[None]:
+    """Turn rcl's security failure (creating the context or a node) into :class:`SecurityRefused`.
+
+    rcl raises a bare ``RCLError`` whose text ends in C source locations; this names the
+    settings that asked for security and says what to do. Anything else passes unchanged.
+    """
+    try:
+        yield
+    except Exception as exc:
+        if os.environ.get('ROS_SECURITY_ENABLE', '').lower() != 'true':
+            raise
+        text = str(exc)
+        if 'security' not in text.lower():
+            raise
+        reason = text.split(', at /')[0].replace('\n', ' ').strip()
+        settings = ', '.join(f'{k}={os.environ[k]}' for k in SECURITY_ENV if k in os.environ)
+        hint = (
+            ' The Fast DDS of the pip wheels is built without DDS-Security: SROS2 needs a ROS 2 '
+            'installed from apt or source (docs/networking.md).'
+            if 'security libraries' in text
+            else ''
+        )
+        raise SecurityRefused(f'SROS2 refused ({settings}): {reason}.{hint}') from None
 
 
 def widened_discovery() -> str:

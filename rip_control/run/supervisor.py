@@ -504,11 +504,16 @@ def _main(argv: list[str], check: Callable[[], None]) -> int:
         return 2
     import rclpy
 
-    from rip_control.ros.node_params import init_rclpy
+    from rip_control.ros.node_params import SecurityRefused, init_rclpy, security_named
 
     controls = [c.strip() for c in str(opts['controls']).split(',') if c.strip()]
-    widened = init_rclpy(['--ros-args', *ros_args[1:]])
-    node = rclpy.create_node(f'rip_supervisor_{os.getpid()}')
+    try:
+        widened = init_rclpy(['--ros-args', *ros_args[1:]])
+        with security_named():
+            node = rclpy.create_node(f'rip_supervisor_{os.getpid()}')
+    except SecurityRefused as exc:
+        print(f'finetune_supervisor: {exc}', file=sys.stderr)
+        return 2
     log = node.get_logger()
     if widened:
         log.warning(widened)

@@ -2,11 +2,18 @@
 
 ``python -m rip_control.rig_check [--port /dev/ttyUSB0] [--rate 50] [--seconds 5]``
 ``python -m rip_control.rig_check --port /dev/ttyUSB0 --excitation excitation.safetensors``
+``python -m rip_control.rig_check --port /dev/ttyUSB0 --direction``
 
 With no ``--port`` it starts the rig emulator and talks to it through its pseudo-terminal
 (the same serial code a physical rig uses). It engages the motor at 0 V (the heartbeat keeps
 the firmware deadman fed), prints the rig state twice a second, disengages, and ends with
 the measured loop rate and the serial round-trip latency (mean, p99, max).
+
+``--direction`` then drives the arm a little each way (a voltage ramp of at most
+``--direction-v``, stopped once the arm has turned a quarter radian) and checks that the arm
+turns with the voltage and the pendulum swings against the arm's acceleration, as the
+conventions say (docs/serial_protocol.md): a reversed motor lead or encoder is found here,
+before a policy drives the rig at up to ``max_action_v``; it exits 1 naming the likely fault.
 
 ``--excitation FILE`` then runs the excitation episode (:mod:`rip_control.rig.excitation`:
 the pendulum hanging, the arm centred, at most ``--max-action-v`` volts) in the control
@@ -28,10 +35,15 @@ import numpy as np
 
 from rip_control.params import CONTROL_PARAMETERS, table_by_name
 from rip_control.rig.client import LowLevelClient, RigError, RigProtocolError, RigTimeout
+from rip_control.rig.dynamics import FurutaDynamics, PendulumParams
 from rip_control.rig.emulator_process import EmulatorProcess
 from rip_control.rt.pacer import Pacer
 
 _MAX_ACTION_V = table_by_name(CONTROL_PARAMETERS)['max_action_v']
+
+
+class DirectionFault(RigError):
+    """The rig moves against the conventions, or too little to tell (``--direction``)."""
 
 
 def _stats_ms(values_s: list[float]) -> dict[str, float]:
@@ -119,6 +131,152 @@ def run_check(port: str, rate_hz: float, seconds: float) -> dict[str, object]:
         're_engaged': re_engaged,
     }
     return result
+
+
+# The direction check (``--direction``): each move ramps the voltage up over RAMP_S until the
+# arm has turned MOVE_RAD from where it started (or the ramp ends), then holds 0 V for HOLD_S.
+DIRECTION_V = 3.0  # default top of the ramp, volts (above a worn motor's dead zone)
+RAMP_S = 0.5
+MOVE_RAD = 0.15
+HOLD_S = 0.5
+ARM_MOVED_RAD = 0.05  # an arm excursion below this is "did not move"
+PENDULUM_SWUNG_RAD = 0.02  # the pendulum's first excursion beyond this gives its sign
+PENDULUM_AT_REST_RAD = 0.1  # before the moves: still, and this close to its zero
+
+
+def expected_signs(params: PendulumParams | None = None) -> tuple[int, int]:
+    """The conventions, from the dynamics the emulator and the simulator share.
+
+    ``(arm, pendulum)``: the sign of the arm's excursion under a positive voltage from rest
+    hanging, and the sign of the pendulum's first excursion beyond ``PENDULUM_SWUNG_RAD``
+    (it lags the arm: it swings against the arm's acceleration).
+    """
+    dyn = FurutaDynamics(params or PendulumParams())
+    pend_sign = 0
+    for _ in range(round(0.5 / dyn.params.physics_step_s)):
+        dyn.step(dyn.params.physics_step_s, DIRECTION_V, True)
+        if not pend_sign and abs(dyn.alpha) > PENDULUM_SWUNG_RAD:
+            pend_sign = 1 if dyn.alpha > 0 else -1
+    return (1 if dyn.theta > 0 else -1), pend_sign
+
+
+#: What each pair of (arm agrees, pendulum agrees) means; None: the check passes.
+DIRECTION_FAULTS = {
+    (True, True): None,
+    (False, False): 'the motor turns against the voltage: its leads are swapped (or both '
+    'encoders count the wrong way)',
+    (False, True): 'the arm encoder counts the wrong way (swap its A and B channels)',
+    (True, False): 'the pendulum encoder counts the wrong way (swap its A and B channels)',
+}
+
+
+def _first_excursion(values: list[float], start: float, beyond: float) -> float:
+    """The first value that is more than ``beyond`` from ``start``, less ``start`` (0.0: none)."""
+    for v in values:
+        if abs(v - start) > beyond:
+            return v - start
+    return 0.0
+
+
+def run_direction(port: str, rate_hz: float, volts: float) -> dict[str, object]:
+    """Drive the arm a little both ways; check the signs against the conventions.
+
+    From rest, the pendulum hanging: a ramp of positive voltage (at most ``volts``) until the
+    arm has turned ``MOVE_RAD``, 0 V, then the same negative. Each move's arm excursion and
+    the first move's pendulum swing (from rest; the second move starts with the pendulum
+    still swinging) are compared with :func:`expected_signs`.
+
+    :raises DirectionFault: the pendulum not at rest at its zero, the arm not moving, or a sign
+        against the conventions, named with the likely wiring fault.
+    """
+    want_arm, want_pend = expected_signs()
+    client = LowLevelClient(port, timeout_s=0.02)
+    info = client.open()
+    rad = 2.0 * math.pi / info.counts_per_rev
+    pacer = Pacer(1.0 / rate_hz)
+    moves: list[dict[str, float]] = []
+
+    def tick(voltage: float) -> tuple[float, float]:
+        pacer.wait()
+        state = client.get_state()
+        client.set_voltage(voltage)
+        return state.arm_counts * rad, state.pendulum_counts * rad
+
+    try:
+        client.engage()
+        pacer.start()
+        rest = [tick(0.0) for _ in range(max(2, round(0.5 * rate_hz)))]
+        pend = [p for _, p in rest]
+        if max(pend) - min(pend) > PENDULUM_SWUNG_RAD or abs(pend[-1]) > PENDULUM_AT_REST_RAD:
+            raise DirectionFault(
+                f'the pendulum is not hanging still at its zero (it reads {pend[-1]:+.3f} rad, '
+                f'moving {max(pend) - min(pend):.3f} rad): its encoder counts from where it hung '
+                'at power-on; let it hang still and power the rig up again'
+            )
+        for sign in (1.0, -1.0):
+            arm0, pend0 = tick(0.0)
+            arms, pends = [arm0], [pend0]
+            voltage = 0.0
+            for i in range(1, round(RAMP_S * rate_hz) + 1):
+                voltage = sign * volts * i / (RAMP_S * rate_hz)
+                arm, p = tick(voltage)
+                arms.append(arm)
+                pends.append(p)
+                if abs(arm - arm0) >= MOVE_RAD:
+                    break
+            for _ in range(round(HOLD_S * rate_hz)):
+                arm, p = tick(0.0)
+                arms.append(arm)
+                pends.append(p)
+            turned = max((a - arm0 for a in arms), key=abs)
+            moves.append(
+                {
+                    'volts': voltage,
+                    'arm_rad': turned if abs(turned) >= ARM_MOVED_RAD else 0.0,
+                    # from rest only: the first move (the second starts with it still swinging)
+                    'pendulum_rad': _first_excursion(pends, pend0, PENDULUM_SWUNG_RAD)
+                    if not moves
+                    else math.nan,
+                }
+            )
+    finally:
+        try:
+            client.disengage_motor()
+        finally:
+            client.close()
+    for m in moves:
+        v = m['volts']
+        swing = (
+            f' and swung the pendulum first {m["pendulum_rad"]:+.3f} rad (expected '
+            f'{"+" if want_pend * v > 0 else "-"})'
+            if not math.isnan(m['pendulum_rad'])
+            else ''
+        )
+        print(
+            f'direction: {v:+.2f} V turned the arm {m["arm_rad"]:+.3f} rad (expected '
+            f'{"+" if want_arm * v > 0 else "-"}){swing}',
+            flush=True,
+        )
+    still = [m for m in moves if m['arm_rad'] == 0.0]
+    if still:
+        raise DirectionFault(
+            f'the arm did not move {ARM_MOVED_RAD} rad at up to {volts:g} V: the driver off or '
+            'unpowered, the motor unplugged, or a dead zone or friction above that (try '
+            '--direction-v with more)'
+        )
+    arm_ok = all(m['arm_rad'] * m['volts'] * want_arm > 0 for m in moves)
+    first = moves[0]
+    pend_ok = first['pendulum_rad'] * first['volts'] * want_pend > 0
+    if first['pendulum_rad'] == 0.0:
+        raise DirectionFault(
+            'the pendulum did not swing when the arm moved: its encoder is not counting '
+            '(unplugged?)'
+        )
+    fault = DIRECTION_FAULTS[(arm_ok, pend_ok)]
+    if fault is not None:
+        raise DirectionFault(f'{fault}; a policy would drive this rig the wrong way')
+    print('direction: the motor, the arm encoder and the pendulum encoder follow the conventions')
+    return {'moves': moves, 'arm': 'agrees', 'pendulum': 'agrees'}
 
 
 def run_excitation(port: str, rate_hz: float, max_action_v: float, out: Path) -> dict[str, object]:
@@ -220,6 +378,19 @@ def main(argv: list[str] | None = None) -> int:
         default=_MAX_ACTION_V.default,
         help="the excitation's voltage limit (default %(default)s, the control node's)",
     )
+    ap.add_argument(
+        '--direction',
+        action='store_true',
+        help='then drive the arm a little both ways and check the motor and encoder signs '
+        'against the conventions (docs/serial_protocol.md)',
+    )
+    ap.add_argument(
+        '--direction-v',
+        type=float,
+        default=DIRECTION_V,
+        help="top of the direction check's voltage ramp (default %(default)s, at most "
+        '--max-action-v)',
+    )
     args = ap.parse_args(argv)
     if not (args.rate > 0 and args.seconds > 0):
         ap.error(f'--rate and --seconds must be > 0, got {args.rate} and {args.seconds}')
@@ -227,6 +398,11 @@ def main(argv: list[str] | None = None) -> int:
         _MAX_ACTION_V.convert(args.max_action_v, f'--max-action-v {args.max_action_v:g}')
     except ValueError as exc:
         ap.error(str(exc))
+    if not 0 < args.direction_v <= args.max_action_v:
+        ap.error(
+            f'--direction-v must be in (0, --max-action-v {args.max_action_v:g}], '
+            f'got {args.direction_v:g}'
+        )
 
     emulator: EmulatorProcess | None = None
     port = args.port
@@ -237,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         port = str(link)
     try:
         result = run_check(port, args.rate, args.seconds)
+        if args.direction:
+            result['direction'] = run_direction(port, args.rate, args.direction_v)
         if args.excitation:
             result['excitation'] = run_excitation(
                 port, args.rate, args.max_action_v, Path(args.excitation)

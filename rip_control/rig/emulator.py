@@ -129,6 +129,9 @@ class Firmware:
         # Fault injection: DISENGAGE acknowledged, the driver left engaged (a stuck driver
         # stage); only the deadman (or a power-down) then stops the motor.
         self.stuck_driver = False
+        # Fault injection: wiring reversed ('motor': the leads swapped, the arm turns against
+        # the voltage; 'arm', 'pendulum': that encoder counts the other way).
+        self.reversed: frozenset[str] = frozenset()
 
     def power_down(self) -> None:
         """The firmware stops (SIGINT/SIGTERM): the driver stage is off before the device goes.
@@ -154,7 +157,8 @@ class Firmware:
         target = now_s - self._t0
         while self._sim_time_s + h <= target:
             self._check_deadman(self._t0 + self._sim_time_s)
-            self.dynamics.step(h, self.voltage_v, self.engaged)
+            volts = -self.voltage_v if 'motor' in self.reversed else self.voltage_v
+            self.dynamics.step(h, volts, self.engaged)
             self._sim_time_s += h
             if self.params.sensing_latency_s > 0.0:
                 self._record_history()
@@ -208,6 +212,10 @@ class Firmware:
                 t_s, arm, pend = entry
         else:
             arm, pend = self.dynamics.encoder_counts()
+        if 'arm' in self.reversed:
+            arm = -arm
+        if 'pendulum' in self.reversed:
+            pend = -pend
         if self.params.encoder_noise_counts > 0.0:
             arm += round(self._rng.gauss(0.0, self.params.encoder_noise_counts))
             pend += round(self._rng.gauss(0.0, self.params.encoder_noise_counts))
@@ -283,6 +291,9 @@ class Firmware:
         """A corrupt frame was dropped (the host learns of it through ``last_error``)."""
         self.last_error = ErrorCode.BAD_CRC
 
+
+#: What ``--reversed`` can wire the other way round.
+REVERSIBLE = ('motor', 'arm', 'pendulum')
 
 STOP_LINGER_S = 0.1  # after the host's disengage on a stop, time for it to read the reply
 
@@ -519,6 +530,14 @@ def build_arg_parser() -> argparse.ArgumentParser:
         help='acknowledge DISENGAGE but leave the driver engaged (the ACK reports it); only '
         'the deadman stops the motor',
     )
+    fault.add_argument(
+        '--reversed',
+        action='append',
+        default=[],
+        choices=REVERSIBLE,
+        help='wire this part the other way round: the motor leads, or the arm or pendulum '
+        'encoder (repeatable)',
+    )
     fault.add_argument('--stall-every', type=int, default=0, help='delay every Nth reply')
     fault.add_argument('--stall-ms', type=float, default=0.0, help='delay of a stalled reply, ms')
     fault.add_argument(
@@ -555,6 +574,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f'--deadman-ms must be in {DEADMAN_RANGE_MS}, got {args.deadman_ms}')
         if args.stuck_driver and args.firmware == 'c':
             raise ValueError('--stuck-driver is a fault of the Python emulator only')
+        if args.reversed and args.firmware == 'c':
+            raise ValueError('--reversed is a fault of the Python emulator only')
         if args.check:
             return 0
         if args.firmware == 'c':
@@ -579,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         params, deadman_timeout_ms=args.deadman_ms, start_time_s=start, seed=args.seed
     )
     firmware.stuck_driver = args.stuck_driver
+    firmware.reversed = frozenset(args.reversed)
     server = _Server(firmware, faults, master, stop)
     server.stop_grace_s = max(0.0, args.stop_grace_ms) / 1000.0
     firmware.on_event = on_event

@@ -1,0 +1,100 @@
+"""``rig_check --direction``: the motor's and the encoders' signs against the conventions.
+
+The emulator (``--reversed``, a fault of the Python emulator) wires one part the other way
+round; rig_check talks to it through the real pty, as to a rig on USB.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from ros2_cli import argv
+
+from rip_control.procs import child_env
+
+#: The README's command ("First power-on", step 4).
+README_DIRECTION = 'python -m rip_control.rig_check --port /dev/ttyACM0 --direction'
+
+#: What ``rig_check --direction`` names for each part the emulator wires the other way round.
+DIRECTION_FAULT_NAMED = {
+    None: 'follow the conventions',
+    'motor': 'the motor turns against the voltage: its leads are swapped',
+    'arm': 'the arm encoder counts the wrong way',
+    'pendulum': 'the pendulum encoder counts the wrong way',
+}
+
+
+@pytest.mark.parametrize(
+    ('firmware', 'rig', 'wired'),
+    [('python', 'rig_shifted_stuck', wired) for wired in DIRECTION_FAULT_NAMED]
+    + [('c', 'rig_qube_servo2', None)],  # the C firmware follows the same conventions
+    indirect=['firmware'],
+)
+@pytest.mark.readme(README_DIRECTION)
+def test_rig_check_direction_names_a_reversed_motor_or_encoder(start_emulator, rig, wired):
+    """A swapped motor lead or encoder channel is found before a policy drives the rig.
+
+    The emulator wires one part the other way round (``--reversed``); ``rig_check
+    --direction`` turns the arm a little each way through the pty and names the part, exit
+    1, with the motor disengaged by its command; a rig wired right passes. The stuck rig: a
+    1.2 V dead zone and stiction the ramp has to overcome; the nominal rig on the C firmware:
+    a low-friction arm that coasts.
+    """
+    emu = start_emulator(
+        '--events', '--params', f'config/{rig}.yaml', *(['--reversed', wired] if wired else [])
+    )
+    proc = subprocess.run(  # the README's command, its 5 s read shortened
+        argv(README_DIRECTION.replace('/dev/ttyACM0', str(emu.link))) + ['--seconds', '0.2'],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+    )
+    out = proc.stdout + proc.stderr
+    assert DIRECTION_FAULT_NAMED[wired] in out, out
+    assert proc.returncode == (0 if wired is None else 1), out
+    assert 'Traceback' not in out, out
+    # two moves, each printed with what it expected; the arm moved both ways
+    moves = [
+        line
+        for line in proc.stdout.splitlines()
+        if line.startswith('direction: ') and ' V turned' in line
+    ]
+    assert (
+        len(moves) == 2
+        and moves[0].startswith('direction: +')
+        and moves[1].startswith('direction: -')
+    ), out
+    causes = [what for _, what in emu.events()]
+    assert causes[-1] == 'disengaged command', causes  # every way out: motor off
+
+
+def test_rig_check_direction_says_when_the_arm_does_not_move(start_emulator):
+    # The stuck rig's 1.2 V dead zone against a 1 V ramp: nothing moves, and it says why.
+    emu = start_emulator('--events', '--params', 'config/rig_shifted_stuck.yaml')
+    proc = subprocess.run(
+        [sys.executable, '-m', 'rip_control.rig_check', '--port', str(emu.link)]
+        + ['--seconds', '0.2', '--direction', '--direction-v', '1'],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert 'the arm did not move 0.05 rad at up to 1 V' in proc.stderr, proc.stderr
+    assert [what for _, what in emu.events()][-1] == 'disengaged command'
+
+
+def test_rig_check_refuses_a_direction_ramp_above_the_voltage_limit():
+    proc = subprocess.run(
+        [sys.executable, '-m', 'rip_control.rig_check', '--direction', '--direction-v', '9']
+        + ['--max-action-v', '4'],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert '--direction-v must be in (0, --max-action-v 4], got 9' in proc.stderr

@@ -12,7 +12,7 @@ measured dt, never from the recording timestamps.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 import functools
@@ -134,12 +134,22 @@ def custom_data(path: Path) -> dict[str, str]:
 
 @dataclass
 class BagImport:
-    """What reading bags gave: accepted transitions and rejections counted by reason."""
+    """What reading bags gave: accepted transitions and rejections counted by reason.
 
-    transitions: list[Transition] = field(default_factory=list)
+    ``transitions`` holds the newest ``keep`` accepted ones (all without ``keep``); the
+    accepted ones older than those are counted in ``not_kept``.
+    """
+
+    transitions: deque[Transition] = field(default_factory=deque)
     rejected: Counter[str] = field(default_factory=Counter)
     messages: int = 0
     per_bag: dict[str, int] = field(default_factory=dict)
+    accepted: int = 0
+
+    @property
+    def not_kept(self) -> int:
+        """Accepted transitions older than the ``keep`` newest."""
+        return self.accepted - len(self.transitions)
 
 
 def read_transitions(
@@ -150,8 +160,13 @@ def read_transitions(
     action_size: int,
     dt_tolerance_s: float,
     topic_suffix: str = 'transitions',
+    keep: int | None = None,
 ) -> BagImport:
     """Every checked transition of the ``*transitions`` topics of the given bags, in order.
+
+    The bags are read message by message; with ``keep``, only the newest ``keep`` accepted
+    transitions are held (what a replay buffer of that size would keep), so the memory a bag
+    import takes is bounded by the buffer, not by the bags.
 
     :raises BagRejected: a bag is missing or unreadable, or its ``custom_data`` says it was
         recorded at another rate (the message names the bag and both rates). A bag without
@@ -160,7 +175,7 @@ def read_transitions(
     from rosbags.rosbag2 import Reader
 
     store = _typestore()
-    out = BagImport()
+    out = BagImport(transitions=deque(maxlen=keep))
     for raw_path in paths:
         path = Path(raw_path)
         if not path.exists():
@@ -173,7 +188,7 @@ def read_transitions(
                     f'bag {path} was recorded at {recorded:g} Hz but this learner runs at '
                     f'{rate_hz:g} Hz'
                 )
-        before = len(out.transitions)
+        before = out.accepted
         try:
             with Reader(path) as reader:
                 conns = [
@@ -189,6 +204,7 @@ def read_transitions(
                         data = np.asarray(msg.data, dtype=np.float32)
                         t = unpack(labels, data, obs_size, action_size)
                         out.transitions.append(check_period(t, rate_hz, dt_tolerance_s))
+                        out.accepted += 1
                     except TransitionRejected as exc:
                         out.rejected[exc.reason] += 1
                     except Exception:  # noqa: BLE001 - a message that does not even decode
@@ -197,5 +213,5 @@ def read_transitions(
             raise
         except Exception as exc:  # noqa: BLE001 - rosbags raises several types for bad files
             raise BagRejected(f'bag {path} cannot be read: {type(exc).__name__}: {exc}') from exc
-        out.per_bag[str(path)] = len(out.transitions) - before
+        out.per_bag[str(path)] = out.accepted - before
     return out

@@ -988,7 +988,7 @@ def load_records(opts: dict[str, Any]) -> tuple[list[Record], str]:
             action_size=action_size,
             dt_tolerance_s=1.0 / rate,  # a late tick is data too: its dt was measured
         )
-        arrays = buffer_store.arrays_from_transitions(got.transitions)
+        arrays = buffer_store.arrays_from_transitions(list(got.transitions))
         source = f'bag {path} ({len(got.transitions)} transitions)'
     else:
         path = Path(opts['buffer'] or Path(opts['run']) / run_files.BUFFER)

@@ -236,6 +236,7 @@ class LearnerNode(Node):
             'transitions_rejected': sum(self.rejected.values()),
             **{f'rejected_{k}': v for k, v in sorted(self.rejected.items())},
             'bag_imported': tr.bag_imported,
+            'bag_not_kept': tr.bag_not_kept,
             **{f'bag_rejected_{k}': v for k, v in sorted(tr.bag_rejected.items())},
             'gradient_steps_done': tr.updates,
             'train_calls': tr.train_calls,

@@ -79,6 +79,7 @@ class Trainer:
         self.resumed = 0  # ... of them loaded from resume_buffer at start
         self.added_after_start = 0  # stored once learning_starts was reached: owed K updates
         self.bag_imported = 0
+        self.bag_not_kept = 0  # accepted from bags, older than the buffer's buffer_size newest
         self.bag_rejected: Counter[str] = Counter()
         self.updates = 0
         self.actor_updates = 0  # ... of them, kept updates that moved the actor (publish on these)
@@ -227,20 +228,29 @@ class Trainer:
                 obs_size=self.obs_size,
                 action_size=ACTION_SIZE,
                 dt_tolerance_s=s.dt_tolerance_s,
+                keep=s.sac.buffer_size,  # read message by message, the newest held
             )
         except BagRejected as exc:
             raise LearnerConfigError(f'resume_bag refused: {exc}') from exc
         self.bag_rejected = got.rejected
+        self.bag_not_kept = got.not_kept  # before the import empties got.transitions
         n = 0
-        for i in range(0, len(got.transitions), INBOX_MAX):  # the inbox's bound, chunk by chunk
-            self._inbox.extend(got.transitions[i : i + INBOX_MAX])
+        while got.transitions:  # the inbox's bound, chunk by chunk
+            take = min(INBOX_MAX, len(got.transitions))
+            self._inbox.extend(got.transitions.popleft() for _ in range(take))
             n += self.drain()
         self.bag_imported = n
         self.added_after_start = 0  # imported data is not owed K updates each
         per_bag = ', '.join(f'{k}: {v}' for k, v in got.per_bag.items())
+        older = (
+            f'; the {self.bag_not_kept} oldest accepted ones not kept (buffer_size '
+            f'{s.sac.buffer_size})'
+            if self.bag_not_kept
+            else ''
+        )
         self._say(
             f'imported {n} transitions from {len(got.per_bag)} bag(s) ({per_bag}); '
-            f'{got.messages} messages read, rejected {dict(got.rejected) or "none"}'
+            f'{got.messages} messages read, rejected {dict(got.rejected) or "none"}{older}'
         )
 
     def freeze_smoothness_reference(self) -> None:

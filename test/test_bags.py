@@ -309,3 +309,28 @@ def test_a_signal_closes_the_recorders_bag_and_exits_0(tmp_path, sig):
         [bag], rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE, dt_tolerance_s=0.005
     )
     assert got.transitions == []
+
+
+def test_a_bag_import_holds_only_the_newest_transitions_a_buffer_would_keep(tmp_path):
+    # Read message by message: memory is bounded by `keep` (the buffer's size), not the bags.
+    w = BagWriter(tmp_path / 'long', 50.0, OBS_SIZE, ACTION_SIZE)
+    for i in range(50):
+        w.write(serialize(LAYOUT, _transition(i).pack()), time.time_ns())
+    w.close()
+    _independent_bag(
+        tmp_path / 'more',
+        StoragePlugin.MCAP,
+        [(LAYOUT, _transition(100 + i).pack()) for i in range(5)],
+    )
+    got = read_transitions(
+        [tmp_path / 'long', tmp_path / 'more'],
+        rate_hz=50.0,
+        obs_size=OBS_SIZE,
+        action_size=ACTION_SIZE,
+        dt_tolerance_s=0.005,
+        keep=20,
+    )
+    assert [t.step for t in got.transitions] == list(range(35, 50)) + list(range(100, 105))
+    assert got.accepted == 55 and got.not_kept == 35 and got.messages == 55
+    assert got.per_bag == {str(tmp_path / 'long'): 50, str(tmp_path / 'more'): 5}
+    assert got.transitions.maxlen == 20

@@ -357,3 +357,22 @@ def test_the_buffer_says_when_it_starts_replacing_its_oldest_and_counts_them(
     assert sum('replay buffer full (1000 transitions' in x for x in lines) == 1
     _fill(tr, 8)
     assert tr.evicted == 13 and sum('replay buffer full' in x for x in lines) == 1  # once
+
+
+def test_a_bag_larger_than_the_buffer_is_imported_newest_first_and_said(tmp_path: Path) -> None:
+    from rip_control.bags import BagWriter, serialize
+    from rip_control.transitions import field_layout
+
+    bag = tmp_path / 'bag'
+    w = BagWriter(bag, 50.0, OBS_SIZE, ACTION_SIZE)
+    for i in range(1500):
+        t = Transition(0, i, np.zeros(OBS_SIZE, np.float32), np.zeros(ACTION_SIZE, np.float32),
+                       0.5, np.zeros(OBS_SIZE, np.float32), False, False, 0.02, 1)  # fmt: skip
+        w.write(serialize(list(field_layout(OBS_SIZE, ACTION_SIZE)), t.pack()), 1_000 + i)
+    w.close()
+    said: list[str] = []
+    tr = Trainer(_settings(tmp_path / 'run', False, resume_bags=(str(bag),)), said.append)
+    tr.import_bags()
+    assert tr.bag_imported == 1000 and tr.bag_not_kept == 500 and tr.buffer_size == 1000
+    assert tr.evicted == 0  # nothing was added only to be overwritten
+    assert any('the 500 oldest accepted ones not kept (buffer_size 1000)' in s for s in said), said

@@ -51,6 +51,9 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     The data goes to ``.<name>.<pid>.tmp`` beside ``path`` (fsynced), which is then renamed
     over ``path`` and the directory fsynced. Temp files that killed writers left behind are
     removed first (:func:`remove_stale_temps`).
+
+    :raises OSError: the write or the rename failed (e.g. a full disk), naming ``path``; the
+        old file is then untouched and no temp file is left.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,6 +65,8 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk: name the file it was for (a write does not)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -77,6 +77,7 @@ class LearnerNode(Node):
         self.accepted = 0
         self.rejected: Counter[str] = Counter()
         self.failed: BaseException | None = None  # set if the training thread died
+        self.checkpoints_failed = 0  # periodic saves an OSError refused (a full disk)
         self._actor_updates_at_publish = 0
         self._publish_t = 0.0
         self._diag_prev = (time.monotonic(), 0)
@@ -167,7 +168,7 @@ class LearnerNode(Node):
                 ):
                     self._publish_weights()
                 if now - tr.last_save_s >= s.checkpoint_every_s:
-                    tr.checkpoint()
+                    self._checkpoint(now)
         except Exception as exc:  # noqa: BLE001 - reported, and the process exits non-zero
             if not self.context.ok():
                 return  # shutting down (SIGINT/SIGTERM): the final save happens in main()
@@ -221,6 +222,23 @@ class LearnerNode(Node):
         self.trainer.drain()
         self.trainer.checkpoint()
 
+    def _checkpoint(self, now: float) -> None:
+        """A periodic save; one a full disk (or any OSError) refuses is said, counted, retried.
+
+        Training goes on: what the learner holds is in memory, the files on disk are the last
+        whole save (each file is written atomically), and the next interval tries again.
+        """
+        try:
+            self.trainer.checkpoint()
+        except OSError as exc:
+            self.trainer.last_save_s = now  # the next try after checkpoint_every_s
+            self.checkpoints_failed += 1
+            self.get_logger().error(
+                f'checkpoint failed ({self.checkpoints_failed} so far), training goes on and '
+                f'tries again in {self.settings.checkpoint_every_s:g} s: '
+                f'{exc.strerror or exc} ({exc.filename or self.settings.run_dir})'
+            )
+
     # -- diagnostics -----------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
@@ -236,6 +254,7 @@ class LearnerNode(Node):
             'transitions_rejected': sum(self.rejected.values()),
             **{f'rejected_{k}': v for k, v in sorted(self.rejected.items())},
             'bag_imported': tr.bag_imported,
+            'checkpoints_failed': self.checkpoints_failed,
             'bag_not_kept': tr.bag_not_kept,
             **{f'bag_rejected_{k}': v for k, v in sorted(tr.bag_rejected.items())},
             'gradient_steps_done': tr.updates,

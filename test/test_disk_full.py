@@ -7,10 +7,12 @@ ignored, so a write past the limit fails with EFBIG as on a full device).
 from __future__ import annotations
 
 import csv
+import os
 import resource
 import signal
 import subprocess
 import sys
+import time
 
 from rip_control.procs import child_env
 
@@ -65,3 +67,66 @@ def test_timing_csv_keeps_whole_rows_when_the_disk_fills(tmp_path):
     assert [int(r['episode']) for r in rows] == list(range(failed_at))
     assert all(r['live_version'] == '1' for r in rows)
     assert path.stat().st_size <= 4000 and path.read_bytes().endswith(b'\n')
+
+
+def test_the_learner_goes_on_when_its_checkpoint_does_not_fit_and_says_so(tmp_path):
+    """A full disk under the learner: each periodic save fails, named and counted; it goes on.
+
+    The files on disk are the last whole ones; the final save that cannot be made ends the
+    process with status 1 and says so (no traceback).
+
+    The limit (50 kB) lets the empty buffer (1 kB) and the actor (20 kB) through and refuses
+    the SAC networks (98 kB).
+    """
+    from conftest import LEARNER_TEST_PARAMETERS
+
+    from rip_control import run_files
+    from rip_control.policy import read_metadata
+    from rip_control.run.launching import ProcessSpec
+    from rip_learner import buffer_store
+
+    runs = tmp_path / 'runs'
+    params = {**LEARNER_TEST_PARAMETERS, 'run_name': 'full', 'runs_dir': str(runs)}
+    params['checkpoint_every_s'] = 1.0
+    spec = ProcessSpec('learner', 'learner_node', f'rip_learner_full_{os.getpid()}', params=params)
+    proc = subprocess.Popen(
+        spec.command(),
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_small_disk(50_000),
+    )
+    lines = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if 'checkpoint failed (2 so far)' in line:
+                break
+        assert proc.poll() is None, ''.join(lines)  # still running after two failed saves
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    out = ''.join(lines) + rest
+    failed = [line for line in lines if 'checkpoint failed' in line]
+    assert len(failed) == 2, out
+    assert 'training goes on and tries again in 1 s: File too large' in failed[0], out
+    assert run_files.CHECKPOINT in failed[0], out  # the file that did not fit, named
+    assert proc.returncode == 1 and 'final save failed' in out, out
+    assert 'Traceback' not in out, out
+    run = runs / 'full'
+    # The last whole save: buffer and actor of one generation; no networks; no temp files.
+    _, meta = buffer_store.load(
+        run / run_files.BUFFER, rate_hz=50.0, obs_size=None, action_size=None
+    )
+    actor_meta = read_metadata((run / run_files.POLICY_LATEST).read_bytes())
+    assert meta.generation and actor_meta['generation'] == meta.generation
+    assert not (run / run_files.CHECKPOINT).exists()
+    assert not [p.name for p in run.iterdir() if p.name.endswith('.tmp')]

@@ -14,6 +14,7 @@ a full ROS 2 install.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import sys
 import time
 from typing import Any
@@ -59,6 +60,7 @@ def record(
 
     writer = BagWriter(opts['out'], opts['rate'], obs_size(opts['action_history']), ACTION_SIZE)
     node = executor = None
+    failed: list[OSError] = []  # a write the disk refused: recording ends there
     try:
         # No rclpy handlers: the loop below polls ``stop`` (rclpy's would shut the context
         # down under the subscription).
@@ -69,7 +71,12 @@ def record(
         executor.add_node(node)
 
         def on_message(data: bytes) -> None:
-            writer.write(data, time.time_ns())
+            if failed:
+                return
+            try:
+                writer.write(data, time.time_ns())
+            except OSError as exc:
+                failed.append(exc)
 
         sub = node.create_subscription(
             Float32MultiArray, opts['topic'], on_message, TRANSITIONS_QOS, raw=True
@@ -78,7 +85,7 @@ def record(
         matched = 0
         start = time.monotonic()
         last_note = start
-        while not stop.requested:
+        while not stop.requested and not failed:
             executor.spin_once(timeout_sec=0.1)
             count = sub.get_publisher_count()
             if count != matched:
@@ -93,15 +100,33 @@ def record(
                 log(f'{writer.count} transitions recorded')
                 last_note = now
     finally:
-        writer.close()
-        log(f'closed {opts["out"]}: {writer.count} transitions')
+        try:
+            writer.close()
+            log(f'closed {opts["out"]}: {writer.count} transitions')
+        except OSError as exc:
+            failed.append(exc)
         if ros_teardown:
             if executor is not None:
                 executor.shutdown()
             if node is not None:
                 node.destroy_node()
             rclpy.try_shutdown()
+    if failed:
+        closed = len(failed) == 1 and (Path(opts['out']) / 'metadata.yaml').exists()
+        raise RecordFailed(
+            f'{failed[0].strerror or failed[0]} after {writer.count} transitions: '
+            + (
+                f'recording stopped, {opts["out"]} closed with them (readable)'
+                if closed
+                else f'{opts["out"]} could not be closed ({failed[-1].strerror or failed[-1]}): '
+                'its index and metadata.yaml are missing, it cannot be read'
+            )
+        )
     return writer.count
+
+
+class RecordFailed(OSError):
+    """A write the disk refused ended the recording (the bag's state named)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileExistsError) as exc:
         print(f'record: {exc}', file=sys.stderr)
         return 2
+    except RecordFailed as exc:
+        print(f'record: {exc}', file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)  # as below: no rclpy teardown
     # The bag is closed and said so: end here, without rclpy's teardown (see record()).
     sys.stdout.flush()
     sys.stderr.flush()

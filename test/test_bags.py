@@ -308,7 +308,7 @@ def test_a_signal_closes_the_recorders_bag_and_exits_0(tmp_path, sig):
     got = read_transitions(
         [bag], rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE, dt_tolerance_s=0.005
     )
-    assert got.transitions == []
+    assert not got.transitions
 
 
 def test_a_bag_import_holds_only_the_newest_transitions_a_buffer_would_keep(tmp_path):

@@ -130,3 +130,61 @@ def test_the_learner_goes_on_when_its_checkpoint_does_not_fit_and_says_so(tmp_pa
     assert meta.generation and actor_meta['generation'] == meta.generation
     assert not (run / run_files.CHECKPOINT).exists()
     assert not [p.name for p in run.iterdir() if p.name.endswith('.tmp')]
+
+
+def test_the_recorder_stops_at_a_full_disk_and_names_what_its_bag_holds(tmp_path, ros_node):
+    """The recorder's bag outgrows the disk: it stops, exit 1, naming the error and the bag.
+
+    A bag cut off by a full disk has no index and no ``metadata.yaml`` (rosbag2's own bags
+    are the same); what the recorder can do is stop at once and say so, not die in a
+    traceback or record into a file nobody can read without a word.
+    """
+    import numpy as np
+    from std_msgs.msg import Float32MultiArray, MultiArrayDimension
+
+    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+    from rip_control.ros.qos import TRANSITIONS_QOS
+    from rip_control.transitions import Transition, field_layout
+
+    topic = f'/full_disk_transitions_{os.getpid()}'
+    bag = tmp_path / 'bag'
+    rec = subprocess.Popen(
+        [sys.executable, '-m', 'rip_control.record', f'out:={bag}', 'rate:=50', f'topic:={topic}'],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_small_disk(60_000),
+    )
+    pub = ros_node.create_publisher(Float32MultiArray, topic, TRANSITIONS_QOS)
+    try:
+        msg = Float32MultiArray()
+        stride = sum(n for _, n in field_layout(OBS_SIZE, ACTION_SIZE))
+        msg.layout.dim = [
+            MultiArrayDimension(label=label, size=n, stride=stride)
+            for label, n in field_layout(OBS_SIZE, ACTION_SIZE)
+        ]
+        deadline = time.monotonic() + 30
+        while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)  # a bounded wait for the recorder's subscription to match
+        assert pub.get_subscription_count() == 1, 'the recorder never subscribed'
+        step = 0
+        while rec.poll() is None and time.monotonic() < deadline:
+            obs = np.zeros(OBS_SIZE, np.float32)
+            act = np.zeros(ACTION_SIZE, np.float32)
+            t = Transition(0, step, obs, act, 0.5, obs, False, False, 0.02, 1)
+            msg.data = t.pack().tolist()
+            pub.publish(msg)
+            step += 1
+            if step % 200 == 0:
+                time.sleep(0.01)  # let the recorder keep up (reliable, depth 1000)
+        out, err = rec.communicate(timeout=30)
+    finally:
+        ros_node.destroy_publisher(pub)
+        if rec.poll() is None:
+            rec.kill()
+            rec.communicate()
+    assert rec.returncode == 1, (step, out, err)
+    assert 'record: File too large after ' in err, err
+    assert str(bag) in err and ('cannot be read' in err or 'readable' in err), err
+    assert 'Traceback' not in err, err

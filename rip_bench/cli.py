@@ -27,6 +27,7 @@ from rip_bench import (
     matrix,
     serial_roundtrip,
     sim_finetune,
+    soak,
     sync_baseline,
     timing,
     v5,
@@ -65,6 +66,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     action_history,
     bag_roundtrip,
     serial_roundtrip,
+    soak,
 )
 
 

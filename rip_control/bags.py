@@ -145,11 +145,7 @@ class BagImport:
     messages: int = 0
     per_bag: dict[str, int] = field(default_factory=dict)
     accepted: int = 0
-
-    @property
-    def not_kept(self) -> int:
-        """Accepted transitions older than the ``keep`` newest."""
-        return self.accepted - len(self.transitions)
+    not_kept: int = 0  # accepted, then pushed out by newer ones (``keep``)
 
 
 def read_transitions(
@@ -203,7 +199,10 @@ def read_transitions(
                         labels = [(d.label, int(d.size)) for d in msg.layout.dim]
                         data = np.asarray(msg.data, dtype=np.float32)
                         t = unpack(labels, data, obs_size, action_size)
-                        out.transitions.append(check_period(t, rate_hz, dt_tolerance_s))
+                        checked = check_period(t, rate_hz, dt_tolerance_s)
+                        if len(out.transitions) == keep:
+                            out.not_kept += 1  # the oldest held makes room
+                        out.transitions.append(checked)
                         out.accepted += 1
                     except TransitionRejected as exc:
                         out.rejected[exc.reason] += 1

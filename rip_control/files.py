@@ -66,6 +66,8 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as exc:  # a full disk: name the file it was for (a write does not)
+        if exc.errno is None:
+            raise OSError(f'{path}: {exc}') from exc
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
     finally:
         if tmp.exists():

@@ -35,6 +35,9 @@ OPTIONS = (
 )
 
 
+DRAIN_S = 1.0  # at most this long taking what was received before the stop
+
+
 def record(
     opts: dict[str, Any], stop: StopSignals, log: Any = print, ros_teardown: bool = True
 ) -> int:
@@ -58,15 +61,20 @@ def record(
     from rip_control.ros.node_params import security_named
     from rip_control.ros.qos import TRANSITIONS_QOS
 
-    writer = BagWriter(opts['out'], opts['rate'], obs_size(opts['action_history']), ACTION_SIZE)
+    if Path(opts['out']).exists():
+        raise FileExistsError(f'bag {opts["out"]} exists already; not overwriting it')
+    writer: BagWriter | None = None
     node = executor = None
     failed: list[OSError] = []  # a write the disk refused: recording ends there
     try:
         # No rclpy handlers: the loop below polls ``stop`` (rclpy's would shut the context
         # down under the subscription).
-        with security_named():  # SROS2 asked for and refused: a named error, exit 2
+        with security_named([]):  # SROS2 asked for and refused: a named error, exit 2
             rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
             node = rclpy.create_node('rip_record')
+        # The bag only once the node exists: a refused start leaves no bag behind.
+        bag = BagWriter(opts['out'], opts['rate'], obs_size(opts['action_history']), ACTION_SIZE)
+        writer = bag
         executor = SingleThreadedExecutor()
         executor.add_node(node)
 
@@ -74,7 +82,7 @@ def record(
             if failed:
                 return
             try:
-                writer.write(data, time.time_ns())
+                bag.write(data, time.time_ns())
             except OSError as exc:
                 failed.append(exc)
 
@@ -94,15 +102,24 @@ def record(
             now = time.monotonic()
             if opts['duration_s'] and now - start >= opts['duration_s']:
                 break
-            if opts['max_messages'] and writer.count >= opts['max_messages']:
+            if opts['max_messages'] and bag.count >= opts['max_messages']:
                 break
             if now - last_note >= 5.0:
-                log(f'{writer.count} transitions recorded')
+                log(f'{bag.count} transitions recorded')
                 last_note = now
+        # What the subscription has received but not handed over yet goes in too: a stop
+        # closes the bag with every transition that reached this process.
+        drained_at = time.monotonic() + DRAIN_S
+        while not failed and time.monotonic() < drained_at:
+            before = bag.count
+            executor.spin_once(timeout_sec=0.0)
+            if bag.count == before:
+                break
     finally:
         try:
-            writer.close()
-            log(f'closed {opts["out"]}: {writer.count} transitions')
+            if writer is not None:
+                writer.close()
+                log(f'closed {opts["out"]}: {writer.count} transitions')
         except OSError as exc:
             failed.append(exc)
         if ros_teardown:
@@ -111,18 +128,20 @@ def record(
             if node is not None:
                 node.destroy_node()
             rclpy.try_shutdown()
+    count = writer.count if writer is not None else 0
     if failed:
         closed = len(failed) == 1 and (Path(opts['out']) / 'metadata.yaml').exists()
         raise RecordFailed(
-            f'{failed[0].strerror or failed[0]} after {writer.count} transitions: '
+            f'{failed[0].strerror or failed[0]} after {count} transitions: '
             + (
-                f'recording stopped, {opts["out"]} closed with them (readable)'
+                f'recording stopped at the first refused write; {opts["out"]} could still be '
+                'closed (readable; a chunk the disk refused may be missing)'
                 if closed
                 else f'{opts["out"]} could not be closed ({failed[-1].strerror or failed[-1]}): '
                 'its index and metadata.yaml are missing, it cannot be read'
             )
         )
-    return writer.count
+    return count
 
 
 class RecordFailed(OSError):

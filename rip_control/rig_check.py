@@ -195,12 +195,30 @@ def run_direction(port: str, rate_hz: float, volts: float) -> dict[str, object]:
     rad = 2.0 * math.pi / info.counts_per_rev
     pacer = Pacer(1.0 / rate_hz)
     moves: list[dict[str, float]] = []
+    last = (0.0, 0.0)
+    failed_in_row = 0
 
     def tick(voltage: float) -> tuple[float, float]:
+        """One paced read and voltage; a tick without an answer repeats the last reading."""
+        nonlocal last, failed_in_row
         pacer.wait()
-        state = client.get_state()
-        client.set_voltage(voltage)
-        return state.arm_counts * rad, state.pendulum_counts * rad
+        try:
+            state = client.get_state()
+            if not state.engaged:
+                raise DirectionFault(
+                    'the motor was disengaged during the check (the deadman after the rig '
+                    'stopped answering, or the emergency stop): run it again'
+                )
+            client.set_voltage(voltage)
+        except (RigTimeout, RigProtocolError) as exc:
+            failed_in_row += 1  # one late answer is this VM or a busy USB bus, not the rig
+            print(f'  direction: {type(exc).__name__}: {exc}', flush=True)
+            if failed_in_row >= MAX_FAILED_TICKS_IN_ROW:
+                raise
+            return last
+        failed_in_row = 0
+        last = (state.arm_counts * rad, state.pendulum_counts * rad)
+        return last
 
     try:
         client.engage()

@@ -323,7 +323,7 @@ def main(args: list[str] | None = None) -> int:
     try:
         if not stop.requested:
             try:
-                with security_named():
+                with security_named(args):
                     node = LearnerNode()  # the training thread starts in here
             except (LearnerConfigError, ValueError) as exc:  # a refused parameter, SROS2
                 print(f'rip_learner: {exc}', file=sys.stderr, flush=True)

@@ -233,7 +233,7 @@ class Trainer:
         except BagRejected as exc:
             raise LearnerConfigError(f'resume_bag refused: {exc}') from exc
         self.bag_rejected = got.rejected
-        self.bag_not_kept = got.not_kept  # before the import empties got.transitions
+        self.bag_not_kept = got.not_kept
         n = 0
         while got.transitions:  # the inbox's bound, chunk by chunk
             take = min(INBOX_MAX, len(got.transitions))

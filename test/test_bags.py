@@ -5,6 +5,7 @@ our recorder from a live control node.
 """
 
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -289,26 +290,51 @@ def test_learner_refuses_a_bag_from_another_rate_naming_both(tmp_path, learner_p
 
 @pytest.mark.ros
 @pytest.mark.parametrize('sig', ['SIGINT', 'SIGTERM'])
-def test_a_signal_closes_the_recorders_bag_and_exits_0(tmp_path, sig):
+def test_a_signal_closes_the_recorders_bag_and_exits_0(tmp_path, sig, ros_node):
+    # With transitions in it: every one the recorder received is in the closed bag.
+    from rclpy.duration import Duration
+    from std_msgs.msg import Float32MultiArray, MultiArrayDimension
+
+    from rip_control.ros.qos import TRANSITIONS_QOS
+
     bag = tmp_path / 'stopped_bag'
+    topic = f'/signal_transitions_{os.getpid()}_{sig}'
     rec = subprocess.Popen(
-        [sys.executable, '-m', 'rip_control.record', f'out:={bag}', 'rate:=50'],
+        [sys.executable, '-m', 'rip_control.record', f'out:={bag}', 'rate:=50', f'topic:={topic}'],
         env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    first = rec.stdout.readline()  # printed once its subscription exists
-    assert first.startswith('recording '), first
-    rec.send_signal(getattr(signal, sig))
-    out, _ = rec.communicate(timeout=30)
+    pub = ros_node.create_publisher(Float32MultiArray, topic, TRANSITIONS_QOS)
+    try:
+        first = rec.stdout.readline()  # printed once its subscription exists
+        assert first.startswith('recording '), first
+        matched = rec.stdout.readline()  # the recorder sees the publisher: matched both ways
+        assert matched.startswith('1 publisher(s) matched'), matched
+        deadline = time.monotonic() + 30
+        while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)  # bounded wait for the match on this side too
+        for i in range(10):
+            msg = Float32MultiArray(data=_transition(i).pack().tolist())
+            msg.layout.dim = [MultiArrayDimension(label=lbl, size=n) for lbl, n in LAYOUT]
+            pub.publish(msg)
+        # reliable: acknowledged means the recorder's reader holds them
+        assert pub.wait_for_all_acked(Duration(seconds=10))
+        rec.send_signal(getattr(signal, sig))
+        out, _ = rec.communicate(timeout=30)
+    finally:
+        ros_node.destroy_publisher(pub)
+        if rec.poll() is None:
+            rec.kill()
+            rec.communicate()
     assert rec.returncode == 0, out
-    assert f'closed {bag}: 0 transitions' in out
+    assert f'closed {bag}: 10 transitions' in out, out
     assert (bag / 'metadata.yaml').exists()
     got = read_transitions(
         [bag], rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE, dt_tolerance_s=0.005
     )
-    assert not got.transitions
+    assert [t.step for t in got.transitions] == list(range(10))
 
 
 def test_a_bag_import_holds_only_the_newest_transitions_a_buffer_would_keep(tmp_path):

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 from ros2_cli import argv
 
 from rip_control.procs import child_env
+from rip_control.rig_check import expected_signs
 
 #: The README's command ("First power-on", step 4).
 README_DIRECTION = 'python -m rip_control.rig_check --port /dev/ttyACM0 --direction'
@@ -67,8 +69,30 @@ def test_rig_check_direction_names_a_reversed_motor_or_encoder(start_emulator, r
         and moves[0].startswith('direction: +')
         and moves[1].startswith('direction: -')
     ), out
-    causes = [what for _, what in emu.events()]
-    assert causes[-1] == 'disengaged command', causes  # every way out: motor off
+    # "a little": each ramp stops once the arm has turned 0.15 rad (a low-friction arm coasts
+    # on to about a radian); a ramp driven to its top would take the arm to its 2 rad stop
+    turned = [abs(float(m.split(' turned the arm ')[1].split()[0])) for m in moves]
+    assert all(0.05 <= t < 1.5 for t in turned), moves
+    assert_motor_left_off(emu)
+
+
+def assert_motor_left_off(emu) -> None:
+    """Every engage of the run was followed by the check's own disengage (bounded wait)."""
+    deadline = time.monotonic() + 5
+    while True:
+        causes = [what for _, what in emu.events()]
+        on, off = causes.count('engaged command'), causes.count('disengaged command')
+        if (on and on == off) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)  # polling the emulator's event lines, bounded
+    assert on >= 2 and on == off and causes[-1] == 'disengaged command', causes
+
+
+def test_the_conventions_are_those_of_the_docs():
+    # docs/serial_protocol.md, "Signs": a positive voltage turns the arm positive; the hanging
+    # pendulum first swings negative. Pinned here: expected_signs reads them from the
+    # dynamics, so a sign flipped there would otherwise pass every test with the emulator.
+    assert expected_signs() == (1, -1)
 
 
 def test_rig_check_direction_says_when_the_arm_does_not_move(start_emulator):
@@ -84,7 +108,7 @@ def test_rig_check_direction_says_when_the_arm_does_not_move(start_emulator):
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert 'the arm did not move 0.05 rad at up to 1 V' in proc.stderr, proc.stderr
-    assert [what for _, what in emu.events()][-1] == 'disengaged command'
+    assert_motor_left_off(emu)
 
 
 def test_rig_check_refuses_a_direction_ramp_above_the_voltage_limit():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,12 @@ import sys
 import pytest
 
 from rip_control.procs import child_env
+from rip_control.ros.node_params import (
+    SECURITY_ENV,
+    SecurityRefused,
+    check_security_settings,
+    security_named,
+)
 
 ENCLAVE = '/rip_control'
 
@@ -171,23 +178,106 @@ def test_a_process_told_to_run_secured_refuses_to_start_rather_than_run_open(
 
 
 @pytest.mark.ros
-def test_an_enclave_missing_from_the_keystore_is_refused_by_name(keystore, tmp_path):
-    # rcl's own check (Enforce: no enclave folder, no start), named the same way.
+@pytest.mark.parametrize('program', sorted(PROGRAMS))
+def test_an_enclave_missing_from_the_keystore_is_refused_by_name(keystore, tmp_path, program):
+    # Refused before rclpy starts (under Permissive rcl would run it unsecured), by each
+    # program's own path: exit 2, named, no traceback, nothing left behind.
     env = child_env(
         {
             'ROS_SECURITY_ENABLE': 'true',
-            'ROS_SECURITY_STRATEGY': 'Enforce',
+            'ROS_SECURITY_STRATEGY': 'Permissive',
             'ROS_SECURITY_KEYSTORE': str(keystore),
             'ROS_SECURITY_ENCLAVE_OVERRIDE': '/somebody_else',
         }
     )
+    args = [a.format(tmp=tmp_path) for a in PROGRAMS[program]]
     proc = subprocess.run(
-        [sys.executable, '-m', 'rip_control.ros.control_node'],
+        [sys.executable, '-m', *args],
         env=env,
+        cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    assert 'SROS2 refused' in proc.stderr and 'somebody_else' in proc.stderr, proc.stderr
-    assert 'Traceback' not in proc.stderr, proc.stderr
+    err = proc.stderr
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, err)
+    assert 'SROS2 refused' in err and 'enclave /somebody_else lacks' in err, err
+    assert '(Permissive would run this process unsecured)' in err, err
+    assert 'Traceback' not in err, err
+    assert not (tmp_path / 'bag').exists()  # the recorder made no bag
+
+
+def _env(monkeypatch, **values: str) -> None:
+    for key in SECURITY_ENV:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+
+
+#: Short names for the cases below: E enable, S strategy, K the keystore made here (any
+#: value), N the enclave override (default: the keystore's enclave).
+_SHORT = {
+    'E': 'ROS_SECURITY_ENABLE',
+    'S': 'ROS_SECURITY_STRATEGY',
+    'N': 'ROS_SECURITY_ENCLAVE_OVERRIDE',
+}
+
+
+@pytest.mark.parametrize(
+    ('settings', 'refused_for'),
+    [
+        ({}, None),  # security off: nothing to check
+        ({'E': 'false', 'S': 'Enforce'}, None),
+        ({'E': 'True', 'S': 'Enforce', 'K': ''}, "ROS_SECURITY_ENABLE='True'"),
+        ({'E': 'true', 'S': 'enforce', 'K': ''}, "ROS_SECURITY_STRATEGY='enforce'"),
+        ({'E': 'true', 'K': ''}, "ROS_SECURITY_STRATEGY=''"),
+        ({'E': 'true', 'S': 'Enforce'}, 'ROS_SECURITY_KEYSTORE is not set'),
+        ({'E': 'true', 'S': 'Enforce', 'K': ''}, None),
+        ({'E': 'true', 'S': 'Enforce', 'K': '', 'N': '/nope'}, 'enclave /nope lacks identity_ca'),
+    ],
+)
+def test_settings_rcl_would_quietly_run_unsecured_are_refused(
+    monkeypatch, keystore, settings, refused_for
+):
+    values = {_SHORT[k]: v for k, v in settings.items() if k in _SHORT}
+    if 'K' in settings:
+        values['ROS_SECURITY_KEYSTORE'] = str(keystore)
+    values.setdefault(_SHORT['N'], ENCLAVE)
+    _env(monkeypatch, **values)
+    if refused_for is None:
+        check_security_settings()
+    else:
+        with pytest.raises(SecurityRefused, match=re.escape(refused_for)):
+            check_security_settings()
+
+
+def test_an_enclave_given_as_a_ros_argument_is_the_one_checked(monkeypatch, keystore):
+    _env(
+        monkeypatch,
+        ROS_SECURITY_ENABLE='true',
+        ROS_SECURITY_STRATEGY='Enforce',
+        ROS_SECURITY_KEYSTORE=str(keystore),
+    )
+    check_security_settings(['--ros-args', '--enclave', ENCLAVE])
+    with pytest.raises(SecurityRefused, match='enclave / lacks'):
+        check_security_settings([])  # no enclave named: rcl takes the root one, which is empty
+
+
+def test_only_securitys_own_failures_are_renamed(monkeypatch, keystore):
+    _env(
+        monkeypatch,
+        ROS_SECURITY_ENABLE='true',
+        ROS_SECURITY_STRATEGY='Enforce',
+        ROS_SECURITY_KEYSTORE=str(keystore),
+        ROS_SECURITY_ENCLAVE_OVERRIDE=ENCLAVE,
+    )
+    with pytest.raises(RuntimeError, match='^node name is invalid$'):
+        with security_named():
+            raise RuntimeError('node name is invalid')
+    with pytest.raises(SecurityRefused, match='SROS2 refused .*: no security here'):
+        with security_named():
+            raise RuntimeError('no security here, at /project/src/x.c:1')
+    _env(monkeypatch)  # security off: a failure that mentions it passes unchanged
+    with pytest.raises(RuntimeError, match='^security plugin$'):
+        with security_named():
+            raise RuntimeError('security plugin')

@@ -375,4 +375,7 @@ def test_a_bag_larger_than_the_buffer_is_imported_newest_first_and_said(tmp_path
     tr.import_bags()
     assert tr.bag_imported == 1000 and tr.bag_not_kept == 500 and tr.buffer_size == 1000
     assert tr.evicted == 0  # nothing was added only to be overwritten
+    # the newest 1000, oldest first in slot order (live data then replaces the oldest first)
+    steps = tr.provenance.arrays['steps']
+    assert steps.tolist() == list(range(500, 1500))
     assert any('the 500 oldest accepted ones not kept (buffer_size 1000)' in s for s in said), said

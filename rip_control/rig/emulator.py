@@ -132,6 +132,9 @@ class Firmware:
         # Fault injection: wiring reversed ('motor': the leads swapped, the arm turns against
         # the voltage; 'arm', 'pendulum': that encoder counts the other way).
         self.reversed: frozenset[str] = frozenset()
+        # The firmware clock's reading at power-on, seconds (0 on a real board): a value just
+        # below 2**32 us brings its 71.6-minute wrap to the start of a run (soak benchmark).
+        self.clock_offset_s = 0.0
 
     def power_down(self) -> None:
         """The firmware stops (SIGINT/SIGTERM): the driver stage is off before the device goes.
@@ -222,7 +225,7 @@ class Firmware:
         state = RigState(
             arm_counts=arm,
             pendulum_counts=pend,
-            timestamp_us=round(t_s * 1e6) & 0xFFFFFFFF,
+            timestamp_us=round((t_s + self.clock_offset_s) * 1e6) & 0xFFFFFFFF,
             status=self.status,
             last_error=self.last_error,
             applied_voltage_mv=round(self.voltage_v * 1000.0) if self.engaged else 0,
@@ -477,6 +480,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument('--seed', type=int, default=None, help='seed for encoder noise')
     ap.add_argument(
+        '--clock-offset-s',
+        type=float,
+        default=0.0,
+        help='the firmware clock at power-on, s (default 0; e.g. 4290 puts its 71.6-minute '
+        'wrap 5 s after the start)',
+    )
+    ap.add_argument(
         '--check',
         action='store_true',
         help='check the arguments (the --params file included) and exit: 0 if it would '
@@ -576,6 +586,12 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError('--stuck-driver is a fault of the Python emulator only')
         if args.reversed and args.firmware == 'c':
             raise ValueError('--reversed is a fault of the Python emulator only')
+        if not 0.0 <= args.clock_offset_s < 2**32 / 1e6:
+            raise ValueError(
+                f'--clock-offset-s must be in [0, 4294.967), got {args.clock_offset_s}'
+            )
+        if args.clock_offset_s and args.firmware == 'c':
+            raise ValueError('--clock-offset-s is an option of the Python emulator only')
         if args.check:
             return 0
         if args.firmware == 'c':
@@ -601,6 +617,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     firmware.stuck_driver = args.stuck_driver
     firmware.reversed = frozenset(args.reversed)
+    firmware.clock_offset_s = args.clock_offset_s
     server = _Server(firmware, faults, master, stop)
     server.stop_grace_s = max(0.0, args.stop_grace_ms) / 1000.0
     firmware.on_event = on_event

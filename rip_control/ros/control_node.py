@@ -677,7 +677,7 @@ def main(args: list[str] | None = None) -> int:
     code = 0
     try:
         try:
-            with security_named():
+            with security_named(args):
                 node = ControlNode()
         except ValueError as exc:  # a parameter the table refuses, SROS2 refused: named
             print(f'rip_control: {exc}', file=sys.stderr, flush=True)

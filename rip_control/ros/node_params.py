@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 import os
+from pathlib import Path
 from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
@@ -75,7 +76,7 @@ def init_rclpy(args: list[str] | None = None) -> str:
     from rclpy.signals import SignalHandlerOptions
 
     os.environ.setdefault(DISCOVERY_RANGE, 'LOCALHOST')
-    with security_named():
+    with security_named(args):
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     return widened_discovery()
 
@@ -96,30 +97,96 @@ class SecurityRefused(ValueError):
     """
 
 
-@contextmanager
-def security_named() -> Iterator[None]:
-    """Turn rcl's security failure (creating the context or a node) into :class:`SecurityRefused`.
+#: The files rmw_fastrtps reads from an enclave's folder (a certificate revocation list is
+#: optional).
+ENCLAVE_FILES = (
+    'identity_ca.cert.pem',
+    'cert.pem',
+    'key.pem',
+    'permissions_ca.cert.pem',
+    'governance.p7s',
+    'permissions.p7s',
+)
 
-    rcl raises a bare ``RCLError`` whose text ends in C source locations; this names the
+
+def _refused(reason: str) -> SecurityRefused:
+    settings = ', '.join(f'{k}={os.environ[k]}' for k in SECURITY_ENV if k in os.environ)
+    return SecurityRefused(f'SROS2 refused ({settings}): {reason}')
+
+
+def check_security_settings(args: list[str] | None = None) -> None:
+    """Refuse SROS2 settings under which rcl would run this process unsecured without a word.
+
+    rcl turns security on only for ``ROS_SECURITY_ENABLE`` exactly ``true`` and enforces it
+    only for ``ROS_SECURITY_STRATEGY`` exactly ``Enforce``; anything else (``True``,
+    ``enforce``, unset) runs unsecured, and so does ``Permissive`` when the keystore lacks the
+    process's enclave. Security off (``ROS_SECURITY_ENABLE`` unset, empty or ``false``) is
+    left alone.
+
+    :param args: the process's ROS arguments (``--enclave``/``-e`` names its enclave).
+    :raises SecurityRefused: naming the setting and what rcl would do with it.
+    """
+    env = os.environ
+    enable = env.get('ROS_SECURITY_ENABLE', '')
+    if enable in ('', 'false'):
+        return
+    if enable != 'true':
+        raise _refused(
+            f'ROS_SECURITY_ENABLE={enable!r}: rcl turns security on only for exactly "true" '
+            '(this would run unsecured); set true or false'
+        )
+    strategy = env.get('ROS_SECURITY_STRATEGY', '')
+    if strategy not in ('Enforce', 'Permissive'):
+        raise _refused(
+            f'ROS_SECURITY_STRATEGY={strategy!r}: rcl enforces only exactly "Enforce" (anything '
+            'else is Permissive, which runs unsecured where the keystore lacks an enclave); set '
+            'Enforce'
+        )
+    keystore = env.get('ROS_SECURITY_KEYSTORE', '')
+    if not keystore:
+        raise _refused('ROS_SECURITY_KEYSTORE is not set: no keystore to secure with')
+    words = list(args or [])
+    given = [words[i + 1] for i, w in enumerate(words[:-1]) if w in ('--enclave', '-e')]
+    enclave = env.get('ROS_SECURITY_ENCLAVE_OVERRIDE') or (given[-1] if given else '/')
+    folder = Path(keystore) / 'enclaves' / enclave.strip('/')
+    missing = [name for name in ENCLAVE_FILES if not (folder / name).is_file()]
+    if missing:
+        raise _refused(
+            f'enclave {enclave} lacks {", ".join(missing)} in {folder}'
+            + (
+                ' (Permissive would run this process unsecured)'
+                if strategy == 'Permissive'
+                else ''
+            )
+            + ': ros2 security create_enclave makes them'
+        )
+
+
+@contextmanager
+def security_named(args: list[str] | None = None) -> Iterator[None]:
+    """SROS2 settings checked first; rcl's security failure then made a :class:`SecurityRefused`.
+
+    :func:`check_security_settings` refuses what rcl would quietly run unsecured. rcl and the
+    DDS raise a bare ``RCLError`` whose text ends in C source locations; this names the
     settings that asked for security and says what to do. Anything else passes unchanged.
     """
+    check_security_settings(args)
     try:
         yield
     except Exception as exc:
-        if os.environ.get('ROS_SECURITY_ENABLE', '').lower() != 'true':
+        if os.environ.get('ROS_SECURITY_ENABLE', '') != 'true':
             raise
         text = str(exc)
         if 'security' not in text.lower():
             raise
         reason = text.split(', at /')[0].replace('\n', ' ').strip()
-        settings = ', '.join(f'{k}={os.environ[k]}' for k in SECURITY_ENV if k in os.environ)
         hint = (
             ' The Fast DDS of the pip wheels is built without DDS-Security: SROS2 needs a ROS 2 '
             'installed from apt or source (docs/networking.md).'
             if 'security libraries' in text
             else ''
         )
-        raise SecurityRefused(f'SROS2 refused ({settings}): {reason}.{hint}') from None
+        raise _refused(f'{reason}.{hint}') from None
 
 
 def widened_discovery() -> str:

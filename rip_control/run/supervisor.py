@@ -509,7 +509,7 @@ def _main(argv: list[str], check: Callable[[], None]) -> int:
     controls = [c.strip() for c in str(opts['controls']).split(',') if c.strip()]
     try:
         widened = init_rclpy(['--ros-args', *ros_args[1:]])
-        with security_named():
+        with security_named(['--ros-args', *ros_args[1:]]):
             node = rclpy.create_node(f'rip_supervisor_{os.getpid()}')
     except SecurityRefused as exc:
         print(f'finetune_supervisor: {exc}', file=sys.stderr)

@@ -274,7 +274,8 @@ def test_the_readmes_adapt_table_is_generated_from_the_committed_results() -> No
     ]
     assert table('adapt', *runs) in readme
     # re-measured at k = 2, the re-training's default since then
-    k2 = [f'adapt_stuck_k2_seed{seed}.json' for seed in (0, 1, 2)] + ['adapt_worn_k2_seed0.json']
+    k2 = [f'adapt_{rig}_k2_seed{seed}.json' for rig in ('stuck', 'worn') for seed in (0, 1, 2)]
+    k2 += ['adapt_qube_servo2_k2_seed0.json', 'adapt_heavy_k2_seed0.json']
     assert table('adapt', *k2) in readme
     plain = ('plain_stuck_seed0_b1a5e48.json', 'plain_stuck_seed0.json')
     assert table('adapt-vs-plain', *plain, 'adapt_stuck_seed0.json') in readme

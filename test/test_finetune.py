@@ -13,6 +13,7 @@ import numpy as np
 from procs import describe, processes_mentioning
 import pytest
 import rclpy
+from ros2_cli import argv
 from tick_rate import rate_but_the_longest_tick
 import yaml
 
@@ -42,11 +43,16 @@ def _params_file(tmp_path, control=None, learner=None):
     return path
 
 
-def _finetune(tmp_path, *extra, params=None):
+#: The README's commands ("Running the fine-tune", "Several rigs, one learner"), run here as
+#: spelled with the test's arguments appended (a later value wins).
+README_FINETUNE = 'python -m rip_control.finetune rate:=50 episodes:=10 run_name:=first'
+README_TWO_RIGS = 'python -m rip_control.finetune rigs:=2 episodes:=10 run_name:=pair'
+
+
+def _finetune(tmp_path, *extra, params=None, readme=None):
+    """The runner with the test's arguments (after ``readme``, the README's command, if given)."""
     cmd = [
-        sys.executable,
-        '-m',
-        'rip_control.finetune',
+        *(argv(readme) if readme else [sys.executable, '-m', 'rip_control.finetune']),
         '--quiet',
         'episodes:=3',
         'episode_seconds:=2.0',
@@ -98,8 +104,9 @@ def test_a_rig_time_limit_ends_the_run_at_an_episode_boundary_within_it(tmp_path
     assert s['episodes'] >= 1 and s['episodes'] + len(s['evaluations']) >= 2, s
 
 
+@pytest.mark.readme(README_FINETUNE)
 def test_v4_short_finetune_holds_rate_learns_and_resumes(tmp_path):
-    proc, s = _finetune(tmp_path)
+    proc, s = _finetune(tmp_path, readme=README_FINETUNE)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert s['episodes'] == 3 and s['resumed_buffer'] is None
     # policy:=auto starts a new run from the shipped pre-trained policy...
@@ -460,8 +467,9 @@ def test_stopping_the_runner_turns_the_motor_off_then_stops_the_learner_then_the
     assert learner[-1][0] < t_down + to_wall, (learner[-1], t_down + to_wall)
 
 
+@pytest.mark.readme(README_TWO_RIGS)
 def test_two_rigs_feed_one_learner_and_both_get_its_weights(tmp_path):
-    proc, s = _finetune(tmp_path, 'rigs:=2', 'episode_seconds:=1.5')
+    proc, s = _finetune(tmp_path, 'episode_seconds:=1.5', readme=README_TWO_RIGS)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert [r['rig'] for r in s['rigs']] == ['rig0', 'rig1']
     run = tmp_path / 'runs' / 'v4'

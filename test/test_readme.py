@@ -32,7 +32,7 @@ from rip_control.procs import child_env
 from rip_control.rig.dynamics import PendulumParams
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.rig.excitation import ExcitationDesign
-from rip_learner import buffer_store, pretrain
+from rip_learner import pretrain
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY = REPO / 'policies' / 'sim_50hz' / 'policy.safetensors'
@@ -230,33 +230,7 @@ def test_make_demo_runs_the_fine_tune(tmp_path):
 # ---- the runner and evaluation -------------------------------------------------------------
 
 
-@pytest.mark.slow
-@pytest.mark.readme('python -m rip_control.finetune rate:=50 episodes:=10 run_name:=first')
-def test_the_readme_finetune_command(tmp_path):
-    proc = run_readme(
-        'python -m rip_control.finetune rate:=50 episodes:=10 run_name:=first',
-        {},
-        ['episodes:=2', 'episode_seconds:=2', f'runs_dir:={tmp_path}', '--quiet'],
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rate = re.search(r'tick rate\s+([\d.]+) Hz \(target 50', proc.stdout)
-    assert rate and abs(float(rate.group(1)) - 50.0) < 0.5, proc.stdout[-2000:]
-    buffer = tmp_path / 'first' / 'replay_buffer.safetensors'
-    _, meta = buffer_store.load(buffer, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
-    assert meta.count > 0
-
-
-@pytest.mark.slow
-@pytest.mark.readme('python -m rip_control.finetune rigs:=2 episodes:=10 run_name:=pair')
-def test_the_readme_two_rig_command(tmp_path):
-    proc = run_readme(
-        'python -m rip_control.finetune rigs:=2 episodes:=10 run_name:=pair',
-        {},
-        ['episodes:=1', 'episode_seconds:=2', f'runs_dir:={tmp_path}', '--quiet'],
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for i in (0, 1):
-        assert (tmp_path / 'pair' / f'rig{i}' / 'timing.csv').exists()
+# The runner's README commands run in test_finetune (v4 and two rigs), spelled as here.
 
 
 @pytest.mark.slow

@@ -30,7 +30,8 @@ DIRECTION_FAULT_NAMED = {
 
 @pytest.mark.parametrize(
     ('firmware', 'rig', 'wired'),
-    [('python', 'rig_shifted_stuck', wired) for wired in DIRECTION_FAULT_NAMED]
+    # the stuck rig wired wrong each way (a rig wired right passes: the C firmware's case)
+    [('python', 'rig_shifted_stuck', wired) for wired in DIRECTION_FAULT_NAMED if wired]
     + [('c', 'rig_qube_servo2', None)],  # the C firmware follows the same conventions
     indirect=['firmware'],
 )

@@ -10,7 +10,8 @@ node, and its descendants), the resident memory, the open file descriptors and t
 from ``/proc``. The run stops by the runner's own rig-time limit (``rig_seconds``).
 
 The record: the samples; each process's memory slope (MiB per hour, a least-squares line
-through the samples after the first ``--warmup-s``) and its growth; timing violations and
+through the samples after the first ``--warmup-s``, its last sample left out: it may fall in
+the ordered stop) and its growth; timing violations and
 serial errors per episode (from ``timing.csv``); transitions published against received;
 whether the replay buffer filled (``buffer_evicted``). A plot of memory against time goes
 beside the JSON.
@@ -87,9 +88,11 @@ def label(pid: int, own: int) -> str:
     except OSError:
         return f'pid {pid}'
     words = [a.decode(errors='replace') for a in args if a]
-    module = (
-        words[words.index('-m') + 1].rsplit('.', 1)[-1] if '-m' in words else Path(words[0]).name
-    )
+    if '-m' in words:
+        module = words[words.index('-m') + 1].removeprefix('rip_control.')
+        module = module.removeprefix('rip_learner.')
+    else:
+        module = Path(words[0]).name
     ns = next((w.split(':=', 1)[1].strip('/') for w in words if w.startswith('__ns:=')), '')
     return f'{module}/{ns}' if ns else module
 
@@ -121,7 +124,7 @@ class Sampler(threading.Thread):
         self.period_s = period_s
         self.samples: list[dict[str, Any]] = []
         self.t0 = time.monotonic()
-        self._stop = threading.Event()
+        self._done = threading.Event()
 
     def run(self) -> None:
         """Sample at once, then every ``period_s``."""
@@ -134,12 +137,12 @@ class Sampler(threading.Thread):
                     self.samples.append(
                         {'t_s': round(t, 1), 'process': label(pid, own), 'pid': pid, **got}
                     )
-            if self._stop.wait(self.period_s):
+            if self._done.wait(self.period_s):
                 return
 
     def stop(self) -> None:
         """End the sampling and wait for the thread."""
-        self._stop.set()
+        self._done.set()
         self.join()
 
 
@@ -149,7 +152,9 @@ def slopes(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, dict[str
 
     out: dict[str, dict[str, Any]] = {}
     for name in sorted({s['process'] for s in samples}):
-        mine = [s for s in samples if s['process'] == name]
+        # Each process's last sample may fall in the run's ordered stop: left out.
+        every = [s for s in samples if s['process'] == name]
+        mine = every[:-1] or every
         late = [s for s in mine if s['t_s'] >= warmup_s]
         t = np.array([s['t_s'] for s in late]) / 3600.0
         rss = np.array([s['rss_kib'] for s in late]) / 1024.0

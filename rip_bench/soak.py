@@ -61,9 +61,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     )
 
 
-def descendants(root: int) -> list[int]:
-    """``root`` and every process below it, from ``/proc``."""
-    parents: dict[int, int] = {}
+def parents() -> dict[int, int]:
+    """Every process's parent, from ``/proc``."""
+    out: dict[int, int] = {}
     for entry in Path('/proc').iterdir():
         if entry.name.isdigit():
             try:
@@ -71,16 +71,26 @@ def descendants(root: int) -> list[int]:
             except OSError:
                 continue  # ended meanwhile
             # field 4 (ppid) follows the command name in parentheses, which may hold spaces
-            parents[int(entry.name)] = int(stat.rsplit(')', 1)[1].split()[1])
+            out[int(entry.name)] = int(stat.rsplit(')', 1)[1].split()[1])
+    return out
+
+
+def descendants(root: int, parent: dict[int, int] | None = None) -> list[int]:
+    """``root`` and every process below it."""
+    parent = parents() if parent is None else parent
     out, frontier = [root], [root]
     while frontier:
-        frontier = [pid for pid, ppid in parents.items() if ppid in frontier]
+        frontier = [pid for pid, ppid in parent.items() if ppid in frontier]
         out += frontier
     return out
 
 
-def label(pid: int, own: int) -> str:
-    """Which process of the run: ``runner``, or the module it runs and its namespace."""
+def label(pid: int, own: int, parent_label: str = '') -> str:
+    """Which process of the run: ``runner``, or the module it runs and its rig.
+
+    The rig is the node's namespace (``__ns:=``) or the emulator's link name; a process
+    without either (a control node's real-time process) takes its parent's.
+    """
     if pid == own:
         return 'runner'
     try:
@@ -88,12 +98,18 @@ def label(pid: int, own: int) -> str:
     except OSError:
         return f'pid {pid}'
     words = [a.decode(errors='replace') for a in args if a]
+    if not words:
+        return f'pid {pid}'  # a zombie
     if '-m' in words:
         module = words[words.index('-m') + 1].removeprefix('rip_control.')
         module = module.removeprefix('rip_learner.')
     else:
         module = Path(words[0]).name
     ns = next((w.split(':=', 1)[1].strip('/') for w in words if w.startswith('__ns:=')), '')
+    if not ns and '--link' in words[:-1]:
+        ns = Path(words[words.index('--link') + 1]).name
+    if not ns and '/' in parent_label:
+        ns = parent_label.split('/', 1)[1]
     return f'{module}/{ns}' if ns else module
 
 
@@ -109,6 +125,8 @@ def sample(pid: int) -> dict[str, int] | None:
         fds = sum(1 for _ in (base / 'fd').iterdir())
     except OSError:
         return None
+    if 'VmRSS' not in status:
+        return None  # a zombie: nothing resident
     return {
         'rss_kib': int(status['VmRSS'].split()[0]),
         'fds': fds,
@@ -129,13 +147,20 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         """Sample at once, then every ``period_s``."""
         own = os.getpid()
+        labels: dict[int, str] = {}
         while True:
             t = time.monotonic() - self.t0
-            for pid in descendants(own):
-                got = sample(pid)
+            parent = parents()
+            for pid in descendants(own, parent):  # parents before their children
+                try:
+                    if pid not in labels:
+                        labels[pid] = label(pid, own, labels.get(parent.get(pid, -1), ''))
+                    got = sample(pid)
+                except (OSError, ValueError, KeyError, IndexError):
+                    continue  # a process ending as it is read: the next sample has it
                 if got is not None:
                     self.samples.append(
-                        {'t_s': round(t, 1), 'process': label(pid, own), 'pid': pid, **got}
+                        {'t_s': round(t, 1), 'process': labels[pid], 'pid': pid, **got}
                     )
             if self._done.wait(self.period_s):
                 return
@@ -195,8 +220,11 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     from rip_control.params import parse_args
     from rip_control.rig.emulator_process import EmulatorProcess
 
-    if not 0 < a.wrap_after_s < WRAP_S:
-        raise ValueError(f'--wrap-after-s must be in (0, {WRAP_S:.3f}), got {a.wrap_after_s}')
+    if not 0 < a.wrap_after_s < min(WRAP_S, a.minutes * 60.0):
+        raise ValueError(
+            f'--wrap-after-s must be in (0, {min(WRAP_S, a.minutes * 60.0):.3f}) (the run must '
+            f'cross the wrap), got {a.wrap_after_s}'
+        )
     workdir = Path(tempfile.mkdtemp(prefix='rip_soak_'))
     emu_args = ['--clock-offset-s', repr(WRAP_S - a.wrap_after_s)]
     if a.rig_params:

@@ -107,10 +107,11 @@ def record(
             if now - last_note >= 5.0:
                 log(f'{bag.count} transitions recorded')
                 last_note = now
-        # What the subscription has received but not handed over yet goes in too: a stop
-        # closes the bag with every transition that reached this process.
+        # After a signal, what the subscription has received but not handed over yet goes in
+        # too: the bag closes with every transition that reached this process. (Not after
+        # max_messages or duration_s: those are the bag's stated bounds.)
         drained_at = time.monotonic() + DRAIN_S
-        while not failed and time.monotonic() < drained_at:
+        while stop.requested and not failed and time.monotonic() < drained_at:
             before = bag.count
             executor.spin_once(timeout_sec=0.0)
             if bag.count == before:

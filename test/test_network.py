@@ -14,6 +14,7 @@ Needs root (``ip netns``); with ``CI=true`` it fails rather than skips without i
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 import re
@@ -22,11 +23,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 from conftest import CONTROL_TEST_PARAMETERS, LEARNER_TEST_PARAMETERS
 import pytest
 
-from rip_control.procs import child_env
+from rip_control.procs import child_env, die_with_parent
 from rip_control.run.launching import ProcessSpec
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -48,9 +50,10 @@ def hosts():
         if os.environ.get('CI') == 'true':
             pytest.fail(message)
         pytest.skip(message)
-    tag = f'{os.getpid() % 100000}'
+    tag = secrets.token_hex(3)  # concurrent runs, and one a SIGKILL left behind, never collide
     names = {h: f'rip{h}{tag}' for h in 'ABC'}
     made: list[str] = []
+    links: list[str] = []
     try:
         for ns in names.values():
             _ip('netns', 'add', ns)
@@ -62,27 +65,57 @@ def hosts():
         ):
             one, two = f'v{link}{tag}l', f'v{link}{tag}r'
             _ip('link', 'add', one, 'type', 'veth', 'peer', 'name', two)
+            links.append(one)  # deleted with its namespace, or below if it never got there
             _ip('link', 'set', one, 'netns', names[left])
             _ip('link', 'set', two, 'netns', names[right])
             for host, dev, addr in ((left, one, left_ip), (right, two, right_ip)):
                 _ip('-n', names[host], 'addr', 'add', f'{addr}/30', 'dev', dev)
                 _ip('-n', names[host], 'link', 'set', dev, 'up')
-        yield names
+        yield {**names, 'tag': tag}
     finally:
         for ns in made:
             subprocess.run(['ip', 'netns', 'del', ns], capture_output=True, timeout=30)
+        for one in links:  # a veth still in this namespace (a failure before it moved)
+            subprocess.run(['ip', 'link', 'del', one], capture_output=True, timeout=30)
+        left = subprocess.run(['ip', 'netns', 'list'], capture_output=True, text=True).stdout
+        assert not [ns for ns in made if ns in left], left
 
 
 def _in(ns: str, cmd: list[str], peers: str, log: Path) -> subprocess.Popen:
-    """``cmd`` in namespace ``ns``, discovery on loopback plus ``peers``, output to ``log``."""
-    env = child_env({'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'ROS_STATIC_PEERS': peers})
+    """``cmd`` in namespace ``ns``, discovery on loopback plus ``peers``, output to ``log``.
+
+    UDP only: the namespaces share this machine's ``/etc/machine-id`` and ``/dev/shm``, so
+    Fast DDS would otherwise pass the data through shared memory and only discovery would
+    cross the links. Machines apart have no shared memory; here the links carry everything.
+    """
+    env = child_env(
+        {
+            'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST',
+            'ROS_STATIC_PEERS': peers,
+            'FASTDDS_BUILTIN_TRANSPORTS': 'UDPv4',
+        }
+    )
     return subprocess.Popen(
         ['ip', 'netns', 'exec', ns, *cmd],
         env=env,
         stdout=log.open('w'),
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=die_with_parent,  # survives ip's exec: nothing outlives a killed pytest
     )
+
+
+def _link_bytes(ns: str, dev: str) -> tuple[int, int]:
+    """(received, sent) bytes of ``dev`` in namespace ``ns``."""
+    out = subprocess.run(
+        ['ip', '-n', ns, '-s', '-j', 'link', 'show', 'dev', dev],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    stats = json.loads(out)[0]['stats64']
+    return int(stats['rx']['bytes']), int(stats['tx']['bytes'])
 
 
 STRANGER = """
@@ -147,7 +180,8 @@ def test_a_fine_tune_across_a_link_and_a_stranger_refused(hosts, tmp_path):
     )
     try:
         procs['learner'] = _in(hosts['A'], learner.command(), B_IP_A, logs['learner'])
-        # the rig's host names both other hosts' links; the stranger names the rig's
+        # the rig's host names the learner's; the stranger names the rig's (a static peer
+        # is answered: the rig's host need not know it)
         procs['control'] = _in(hosts['B'], control.command(), A_IP, logs['control'])
         procs['stranger'] = _in(
             hosts['C'], [sys.executable, '-c', STRANGER, '60'], B_IP_C, logs['stranger']
@@ -156,6 +190,13 @@ def test_a_fine_tune_across_a_link_and_a_stranger_refused(hosts, tmp_path):
         sup += ['controls:=/rip_control', 'episodes:=2', 'learn:=true']
         procs['sup'] = _in(hosts['B'], sup, A_IP, logs['sup'])
         assert procs['sup'].wait(timeout=180) == 0, logs['sup'].read_text()
+        # the stranger's weights reach the node while it runs; wait (bounded) for the
+        # node's word on them, in case discovery took longer than the two episodes
+        deadline = time.monotonic() + 20
+        while 'weights from run runstranger' not in logs['control'].read_text():
+            assert time.monotonic() < deadline, logs['control'].read_text()
+            time.sleep(0.1)  # polling a log file, bounded
+        link_rx, link_tx = _link_bytes(hosts['B'], f'vab{hosts["tag"]}r')
     finally:
         for name in ('stranger', 'control', 'learner', 'sup'):
             proc = procs.get(name)
@@ -175,7 +216,10 @@ def test_a_fine_tune_across_a_link_and_a_stranger_refused(hosts, tmp_path):
     )
     assert got and int(got[1]) > 0 and got[1] == got[3] and got[2] == '0', sup_log
     versions = [int(v) for v in re.findall(r'^.*episode +\d+: .*policy v(\d+)$', sup_log, re.M)]
-    assert len(versions) == 2 and versions[-1] >= 1, sup_log  # v0: the node's own start
+    # the learner's (v1 up; v0 the node's own start), never the stranger's (10**5 up)
+    assert len(versions) == 2 and 1 <= versions[-1] < 10**5, sup_log
+    # and through the link: the transitions went out of B towards A, the weights came in
+    assert link_tx > 60 * int(got[1]) and link_rx > 10_000, (link_rx, link_tx)
     stranger_log = logs['stranger'].read_text()
     assert 'stranger: sent ' in stranger_log, stranger_log  # it did reach the rig's node
     refused = re.findall(

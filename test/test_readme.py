@@ -243,7 +243,7 @@ def test_the_readme_evaluate_command(tmp_path):
         'python -m rip_control.evaluate policy:=policies/sim_50hz/policy.safetensors episodes:=5 '
         'episode_seconds:=10',
         {'policies/sim_50hz/policy.safetensors': str(POLICY)},
-        ['episodes:=1', f'runs_dir:={tmp_path}', '--quiet'],
+        ['episodes:=1', 'episode_seconds:=3', f'runs_dir:={tmp_path}', '--quiet'],
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (tmp_path / 'evaluate' / 'evaluation.json').exists()

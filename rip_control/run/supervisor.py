@@ -531,8 +531,16 @@ def _main(argv: list[str], check: Callable[[], None]) -> int:
         if sup.stopped_by_operator:
             done = min(len(m.episodes) for m in sup.monitors)
             log.info(f'stopped by the operator after {done} episodes; motors off')
+        elif got is not None and got[1] < got[0]:
+            log.warning(
+                f'episodes done, motors off; the learner received {got[1]} of the {got[0]} '
+                'transitions published'
+            )
         else:
-            log.info('episodes done, motors off, learner has every transition')
+            log.info(
+                'episodes done, motors off'
+                + (', learner has every transition' if got is not None else '')
+            )
         return 0
     except RunFailed as exc:
         log.error(f'FAILED: {exc}')

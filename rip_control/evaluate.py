@@ -66,13 +66,18 @@ class TransitionRecorder:
         self.ticks: dict[int, list[Any]] = defaultdict(list)
         self.received: list[Any] = []
         self.rejected = 0
+        self.foreign = 0  # transitions of another run on this DDS domain, not recorded
+        self.run_id = ''
         self.cut_attempts = 0  # episodes cut by a fault and run again under the same number
 
-    def attach(self, node: Any) -> Callable[[], bool]:
+    def attach(self, node: Any, run_id: str = '') -> Callable[[], bool]:
         """Subscribe ``node`` to ``/transitions`` with the control node's QoS.
 
+        :param run_id: the run's identity: transitions of any other run (or untagged ones) are
+            counted in ``foreign`` and not recorded ('': every run's are taken).
         :returns: whether a publisher has matched (the runner waits for it before activating).
         """
+        self.run_id = run_id
         from std_msgs.msg import Float32MultiArray
 
         from rip_control.ros.qos import TRANSITIONS_QOS
@@ -83,9 +88,12 @@ class TransitionRecorder:
         return lambda: sub.get_publisher_count() > 0
 
     def _on_transition(self, msg: Any) -> None:
-        from rip_control.transitions import TransitionRejected, unpack
+        from rip_control.transitions import TransitionRejected, split_run_id, unpack
 
         labels = [(d.label, d.size) for d in msg.layout.dim]
+        if self.run_id and split_run_id(labels)[1] != self.run_id:
+            self.foreign += 1  # another runner's control node on this domain
+            return
         obs_size = dict(labels).get('obs', OBS_SIZE)  # the node's own (its action_history)
         try:
             t = unpack(labels, np.asarray(msg.data, dtype=np.float32), obs_size, ACTION_SIZE)
@@ -180,6 +188,7 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
         'episodes': [{'episode': ep, **m.as_dict()} for ep, m, _ in episodes],
         'summary': summarize([m for _, m, _ in episodes]),
         'transitions_rejected': recorder.rejected,
+        'transitions_foreign': recorder.foreign,
         'excitation_transitions': sum(
             t.policy_version == EXCITATION_VERSION for t in recorder.received
         ),

@@ -96,14 +96,15 @@ def run(
     args: dict[str, str],
     stream_logs: bool = True,
     learn: bool = True,
-    observe: Callable[[Any], Callable[[], bool]] | None = None,
+    observe: Callable[[Any, str], Callable[[], bool]] | None = None,
     complete: Callable[[int], bool] | None = None,
 ) -> dict[str, Any]:
     """Run the fine-tune; return the summary (also written to the run folder).
 
     :param learn: False deploys the policy without a learner (see
         :func:`~rip_control.run.launching.plan`).
-    :param observe: called with the runner's node before anything starts, to add
+    :param observe: called with the runner's node and the run's identity (``run_id``) before
+        anything starts, to add
         subscriptions (the evaluation's transition recorder); it returns a readiness check
         (its subscription matched the control node's publisher) that the runner waits for,
         bounded, between configuring and activating the control node.
@@ -124,7 +125,7 @@ def _run(
     stops: StopSignals,
     stream_logs: bool,
     learn: bool,
-    observe: Callable[[Any], Callable[[], bool]] | None,
+    observe: Callable[[Any, str], Callable[[], bool]] | None,
     complete: Callable[[int], bool] | None,
 ) -> dict[str, Any]:
     import rclpy
@@ -187,7 +188,8 @@ def _run(
         say,
         check,
     )
-    observer_ready = observe(node) if observe is not None else None
+    run_id = str(control_spec.params.get('run_id', ''))
+    observer_ready = observe(node, run_id) if observe is not None else None
     started = time.monotonic()
     try:
         with stops.interruptible():  # the first signal raises here, once

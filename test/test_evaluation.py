@@ -116,3 +116,38 @@ def test_an_episode_cut_by_a_fault_and_run_again_is_measured_once() -> None:
     assert ep == 2 and m.ticks == 500 and traces['phi'].size == 500
     assert m.longest_balance_s == pytest.approx(400 * T)
     assert rec.cut_attempts == 2
+
+
+def test_the_evaluations_recorder_takes_only_its_own_runs_transitions() -> None:
+    """Another runner's control node on the same DDS domain: its transitions are not scored.
+
+    The recorder gets the run's identity from the runner (``observe(node, run_id)``); a
+    transition tagged with another run, or untagged, is counted in ``foreign`` and dropped.
+    """
+    from types import SimpleNamespace
+
+    from rip_control.evaluate import TransitionRecorder
+    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+    from rip_control.transitions import Transition, field_layout, run_tagged
+
+    def message(step: int, run_id: str) -> SimpleNamespace:
+        obs = np.zeros(OBS_SIZE, dtype=np.float32)
+        obs[2] = 1.0  # cos(phi): a valid observation
+        t = Transition(0, step, obs, np.zeros(ACTION_SIZE, np.float32), 1.0, obs, False,
+                       False, T, 1)  # fmt: skip
+        dims = [
+            SimpleNamespace(label=label, size=size)
+            for label, size in run_tagged(tuple(field_layout(OBS_SIZE, ACTION_SIZE)), run_id)
+        ]
+        return SimpleNamespace(layout=SimpleNamespace(dim=dims), data=t.pack())
+
+    rec = TransitionRecorder()
+    rec.run_id = 'runours'
+    for step, run_id in enumerate(['runours', 'runtheirs', '', 'runours']):
+        rec._on_transition(message(step, run_id))
+    assert [t.step for t in rec.received] == [0, 3]
+    assert rec.foreign == 2 and rec.rejected == 0
+    anyone = TransitionRecorder()  # no identity given (a bare node's run): every run's taken
+    for step, run_id in enumerate(['runours', '', 'runtheirs']):
+        anyone._on_transition(message(step, run_id))
+    assert len(anyone.received) == 3 and anyone.foreign == 0

@@ -143,22 +143,18 @@ PROGRAMS = {
 }
 
 
-@pytest.mark.ros
-@pytest.mark.parametrize('strategy', ['Enforce', 'Permissive'])
-@pytest.mark.parametrize('program', sorted(PROGRAMS))
-def test_a_process_told_to_run_secured_refuses_to_start_rather_than_run_open(
-    keystore, tmp_path, program, strategy
-):
+def _run_secured(program, keystore, tmp_path, strategy, enclave):
+    """``program`` of :data:`PROGRAMS` run to its end, told to run secured by ``keystore``."""
     env = child_env(
         {
             'ROS_SECURITY_ENABLE': 'true',
             'ROS_SECURITY_STRATEGY': strategy,
             'ROS_SECURITY_KEYSTORE': str(keystore),
-            'ROS_SECURITY_ENCLAVE_OVERRIDE': ENCLAVE,
+            'ROS_SECURITY_ENCLAVE_OVERRIDE': enclave,
         }
     )
     args = [a.format(tmp=tmp_path) for a in PROGRAMS[program]]
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, '-m', *args],
         env=env,
         cwd=tmp_path,
@@ -166,6 +162,15 @@ def test_a_process_told_to_run_secured_refuses_to_start_rather_than_run_open(
         text=True,
         timeout=60,
     )
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize('strategy', ['Enforce', 'Permissive'])
+@pytest.mark.parametrize('program', sorted(PROGRAMS))
+def test_a_process_told_to_run_secured_refuses_to_start_rather_than_run_open(
+    keystore, tmp_path, program, strategy
+):
+    proc = _run_secured(program, keystore, tmp_path, strategy, ENCLAVE)
     err = proc.stderr
     assert proc.returncode == 2, (proc.returncode, proc.stdout, err)
     assert 'SROS2 refused (ROS_SECURITY_ENABLE=true' in err, err
@@ -182,23 +187,7 @@ def test_a_process_told_to_run_secured_refuses_to_start_rather_than_run_open(
 def test_an_enclave_missing_from_the_keystore_is_refused_by_name(keystore, tmp_path, program):
     # Refused before rclpy starts (under Permissive rcl would run it unsecured), by each
     # program's own path: exit 2, named, no traceback, nothing left behind.
-    env = child_env(
-        {
-            'ROS_SECURITY_ENABLE': 'true',
-            'ROS_SECURITY_STRATEGY': 'Permissive',
-            'ROS_SECURITY_KEYSTORE': str(keystore),
-            'ROS_SECURITY_ENCLAVE_OVERRIDE': '/somebody_else',
-        }
-    )
-    args = [a.format(tmp=tmp_path) for a in PROGRAMS[program]]
-    proc = subprocess.run(
-        [sys.executable, '-m', *args],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = _run_secured(program, keystore, tmp_path, 'Permissive', '/somebody_else')
     err = proc.stderr
     assert proc.returncode == 2, (proc.returncode, proc.stdout, err)
     assert 'SROS2 refused' in err and 'enclave /somebody_else lacks' in err, err

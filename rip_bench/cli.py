@@ -1,8 +1,9 @@
 """The ``python -m rip_bench`` command line, built from the benchmarks' registry.
 
 One subcommand per benchmark module (its ``NAME``, ``HELP``, ``add_arguments``), each with
-``--json PATH``; and ``table KIND FILE...``, which prints the markdown table of saved records
-(``KIND``: a benchmark's name or one of its further tables, e.g. ``v5-seeds``). Every run is
+``--json PATH``; ``table KIND FILE...``, which prints the markdown table of saved records
+(``KIND``: a benchmark's name or one of its further tables, e.g. ``v5-seeds``); and ``docs``,
+which writes the generated pages of ``docs/`` (:mod:`rip_bench.docs`). Every run is
 wrapped here, once: DDS kept on loopback (unless the caller set ``ROS_AUTOMATIC_DISCOVERY_RANGE``
 / ``ROS_DOMAIN_ID``), the host's CPU steal measured around it, the record written atomically.
 """
@@ -21,6 +22,7 @@ from rip_bench import (
     adapt_loop,
     bag_roundtrip,
     demo,
+    docs,
     e2e,
     identification,
     learner_throughput,
@@ -107,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser('table', help='markdown table of saved records, e.g. table timing FILE...')
     t.add_argument('kind', choices=sorted(TABLES), metavar='KIND', help=', '.join(sorted(TABLES)))
     t.add_argument('files', nargs='+', metavar='FILE')
+    d = sub.add_parser(
+        docs.NAME,
+        help=docs.HELP,
+        description=docs.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    docs.add_arguments(d)
     return ap
 
 
@@ -130,10 +139,11 @@ def read_records(paths: list[str]) -> list[dict[str, Any]]:
 
 
 def run_measured(benchmark: Benchmark, args: argparse.Namespace) -> dict[str, Any]:
-    """Run a benchmark; its record, with host steal and commit.
+    """Run a benchmark; its record, with host steal, commit and machine.
 
-    ``benchmark.run(args)``, its record with the host's CPU steal meanwhile (``host_steal``)
-    and the code it measured (``commit``).
+    ``benchmark.run(args)``, its record with the host's CPU steal meanwhile (``host_steal``),
+    the code it measured (``commit``) and the machine (``machine``: CPU model and count,
+    kernel, torch and the device it would train on).
 
     The VM's host taking CPU time is a stall no code here can prevent: a figure measured
     under it says so.
@@ -142,11 +152,42 @@ def run_measured(benchmark: Benchmark, args: argparse.Namespace) -> dict[str, An
     commit = code_version()
     record = benchmark.run(args)
     record['commit'] = commit
+    record['machine'] = machine()
     record['host_steal'] = {
         'fraction': steal_fraction(start, cpu_times()),
         'wall_s': time.monotonic() - t0,
     }
     return record
+
+
+def machine() -> dict[str, Any]:
+    """What the record was measured on: CPU model, logical CPUs, torch and its device."""
+    import os
+    import platform
+
+    model = platform.processor() or 'unknown'
+    try:
+        for line in Path('/proc/cpuinfo').read_text().splitlines():
+            if line.startswith('model name'):
+                model = line.split(':', 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import torch
+
+        torch_info = {
+            'version': torch.__version__,
+            'device': 'cuda' if torch.cuda.is_available() else 'cpu',
+        }
+    except ImportError:
+        torch_info = {'version': None, 'device': None}
+    return {
+        'cpu_model': model,
+        'cpus': os.cpu_count(),
+        'kernel': platform.release(),
+        'torch': torch_info,
+    }
 
 
 def code_version() -> str:
@@ -195,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.exit(2, f'{ap.prog} table: error: {exc}\n')
         print(TABLES[a.kind](records))
         return 0
+    if a.command == docs.NAME:
+        return docs.run(a)
     benchmark = next(m for m in BENCHMARKS if m.NAME == a.command)
     ensure_loopback_dds()
     record = run_measured(benchmark, a)

@@ -32,7 +32,7 @@ def run(port: str, rate_hz: float, seconds: float, max_action_v: float) -> dict:
     from rclpy.executors import SingleThreadedExecutor
     from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
-    from rip_control.ros.qos import TRANSITIONS_QOS, WEIGHTS_QOS
+    from rip_control.ros.qos import POLICY_WEIGHTS, TRANSITIONS, TRANSITIONS_QOS, WEIGHTS_QOS
 
     rclpy.init()
     node = rclpy.create_node('rip_timer_baseline')
@@ -43,7 +43,7 @@ def run(port: str, rate_hz: float, seconds: float, max_action_v: float) -> dict:
     # The latest actor: replaced whole by the weights callback, read once per tick (one
     # thread here, so a plain slot is the whole hand-off).
     latest = [random_actor(OBS_SIZE, ACTION_SIZE, (64, 64), rate_hz)]
-    pub = node.create_publisher(Float32MultiArray, 'transitions', TRANSITIONS_QOS)
+    pub = node.create_publisher(Float32MultiArray, TRANSITIONS, TRANSITIONS_QOS)
     rng = np.random.default_rng(0)
     times: list[float] = []
     serial_errors: list[str] = []
@@ -102,7 +102,7 @@ def run(port: str, rate_hz: float, seconds: float, max_action_v: float) -> dict:
         env.apply_action(action)
         state['obs'], state['last_action'] = obs, action
 
-    node.create_subscription(UInt8MultiArray, 'policy_weights', on_weights, WEIGHTS_QOS)
+    node.create_subscription(UInt8MultiArray, POLICY_WEIGHTS, on_weights, WEIGHTS_QOS)
     env.begin_reset()
     node.create_timer(1.0 / rate_hz, on_tick)
     executor = SingleThreadedExecutor()

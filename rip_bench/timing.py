@@ -88,10 +88,10 @@ class _WeightsSource:
     def __init__(self, node: Any, rate_hz: float, hidden: tuple[int, ...]) -> None:
         from std_msgs.msg import UInt8MultiArray
 
-        from rip_control.ros.qos import WEIGHTS_QOS
+        from rip_control.ros.qos import POLICY_WEIGHTS, WEIGHTS_QOS
 
         self._msg_type = UInt8MultiArray
-        self.pub = node.create_publisher(UInt8MultiArray, 'policy_weights', WEIGHTS_QOS)
+        self.pub = node.create_publisher(UInt8MultiArray, POLICY_WEIGHTS, WEIGHTS_QOS)
         self.rate_hz = rate_hz
         self.hidden = hidden
         self.version = 0

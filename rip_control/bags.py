@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 import yaml
 
+from rip_control import transitions
 from rip_control.transitions import Transition, TransitionRejected, check_period, unpack
 
 MSGTYPE = 'std_msgs/msg/Float32MultiArray'
-TOPIC = '/transitions'
+TOPIC = '/' + transitions.TOPIC  # the learner's topic, as the recorder bags it
 LAYOUT_VERSION = '1'
 KEY_RATE = 'rip_control.rate_hz'
 KEY_SIZES = 'rip_control.obs_action_sizes'
@@ -155,7 +156,7 @@ def read_transitions(
     obs_size: int,
     action_size: int,
     dt_tolerance_s: float,
-    topic_suffix: str = 'transitions',
+    topic_suffix: str = transitions.TOPIC,
     keep: int | None = None,
 ) -> BagImport:
     """Every checked transition of the ``*transitions`` topics of the given bags, in order.

@@ -80,10 +80,11 @@ class TransitionRecorder:
         self.run_id = run_id
         from std_msgs.msg import Float32MultiArray
 
+        from rip_control.bags import TOPIC
         from rip_control.ros.qos import TRANSITIONS_QOS
 
         sub = node.create_subscription(
-            Float32MultiArray, '/transitions', self._on_transition, TRANSITIONS_QOS
+            Float32MultiArray, TOPIC, self._on_transition, TRANSITIONS_QOS
         )
         return lambda: sub.get_publisher_count() > 0
 

@@ -55,7 +55,8 @@ _EXPECTED = {
 }
 
 
-def _bound(x: float) -> str:
+def bound_text(x: float) -> str:
+    """A bound as typed: 200, 0.5, 1000000."""
     return str(int(x)) if float(x).is_integer() else f'{x:g}'
 
 
@@ -97,7 +98,7 @@ class Param:
         if kind in (DOUBLE, INTEGER) and self.lo is not None and self.hi is not None:
             if not self.lo <= out <= self.hi:
                 raise ValueError(
-                    f'{shown}: expected a value in [{_bound(self.lo)}, {_bound(self.hi)}] '
+                    f'{shown}: expected a value in [{bound_text(self.lo)}, {bound_text(self.hi)}] '
                     f'({self.description})'
                 )
         return out

@@ -24,6 +24,8 @@ from safetensors.numpy import save as st_save
 
 from rip_control.transitions import COUNTER_MAX
 
+TOPIC = 'policy_weights'
+"""The weights' topic, relative (remapped to ``/policy_weights`` with several rigs)."""
 FORMAT = 'rip_actor'
 FORMAT_VERSION = '1'
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # as SB3's SAC actor

@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Any
 
+from rip_control.bags import TOPIC
 from rip_control.params import ACTION_HISTORY, Param, help_requested, parse_options
 from rip_control.procs import ensure_loopback_dds
 from rip_control.signals import StopSignals
@@ -29,7 +30,7 @@ OPTIONS = (
         'rate', 50.0, 'control rate of the recorded transitions, Hz (bag metadata)', 1.0, 1000.0
     ),
     ACTION_HISTORY,  # the recorded node's: the bag's observation size
-    Param('topic', '/transitions', 'topic to record'),
+    Param('topic', TOPIC, 'topic to record'),
     Param('duration_s', 0.0, 'stop after this long (0: until Ctrl-C)', 0.0, 1e9),
     Param('max_messages', 0, 'stop after this many transitions (0: no limit)', 0, 10**12),
 )

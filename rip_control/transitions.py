@@ -12,6 +12,10 @@ import math
 
 import numpy as np
 
+TOPIC = 'transitions'
+"""The topic's name, relative (a control node's namespace applies; with several rigs the
+launch file remaps it to the learner's ``/transitions``)."""
+
 
 def field_layout(obs_size: int, action_size: int) -> tuple[tuple[str, int], ...]:
     """``(label, size)`` of every field, in wire order."""

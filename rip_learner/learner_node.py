@@ -42,7 +42,14 @@ from rip_control.params import LEARNER_PARAMETERS
 from rip_control.policy import POLICY_VERSION_MAX
 from rip_control.rig.env import ACTION_SIZE
 from rip_control.ros.node_params import declare, spin_until_shutdown
-from rip_control.ros.qos import TRANSITIONS_QOS, WEIGHTS_QOS
+from rip_control.ros.qos import (
+    DIAGNOSTICS,
+    POLICY_WEIGHTS,
+    STATUS_QOS,
+    TRANSITIONS,
+    TRANSITIONS_QOS,
+    WEIGHTS_QOS,
+)
 from rip_control.transitions import TransitionRejected, check_period, split_run_id, unpack
 from rip_learner.buffer_store import RunFolderInUse, check_run_dir_is_free
 from rip_learner.learner_settings import LearnerConfigError, LearnerSettings
@@ -84,11 +91,11 @@ class LearnerNode(Node):
         self.trainer.resume()
         self.trainer.import_bags()
         self.trainer.freeze_smoothness_reference()
-        self._weights_pub = self.create_publisher(UInt8MultiArray, 'policy_weights', WEIGHTS_QOS)
-        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self._weights_pub = self.create_publisher(UInt8MultiArray, POLICY_WEIGHTS, WEIGHTS_QOS)
+        self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS, STATUS_QOS)
         self._sub = self.create_subscription(
             Float32MultiArray,
-            'transitions',
+            TRANSITIONS,
             self._on_transition,
             TRANSITIONS_QOS,
             callback_group=MutuallyExclusiveCallbackGroup(),

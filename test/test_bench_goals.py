@@ -280,3 +280,25 @@ def test_the_readmes_adapt_table_is_generated_from_the_committed_results() -> No
     assert table('adapt', *k2) in readme
     plain = ('plain_stuck_seed0_b1a5e48.json', 'plain_stuck_seed0.json')
     assert table('adapt-vs-plain', *plain, 'adapt_stuck_seed0.json') in readme
+
+
+def test_every_record_says_its_code_machine_and_host_steal() -> None:
+    import argparse
+    import subprocess
+    import types
+
+    from rip_bench.cli import run_measured
+
+    def run(a: argparse.Namespace) -> dict:
+        return {'benchmark': 'fake', 'value': a.value}
+
+    fake = types.SimpleNamespace(NAME='fake', HELP='', add_arguments=None, run=run)
+    record = run_measured(fake, argparse.Namespace(value=3))
+    assert record['value'] == 3
+    head = subprocess.run(
+        ['git', 'describe', '--always'], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert record['commit'].removesuffix('-dirty') == head
+    m = record['machine']
+    assert m['cpus'] >= 1 and m['cpu_model'] and m['torch']['device'] in ('cpu', 'cuda')
+    assert 0.0 <= record['host_steal']['fraction'] <= 1.0 and record['host_steal']['wall_s'] >= 0

@@ -15,7 +15,7 @@ import time
 
 import pytest
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
-from rcl_interfaces.srv import DescribeParameters, GetParameters, SetParameters
+from rcl_interfaces.srv import DescribeParameters, GetParameters, ListParameters, SetParameters
 import rclpy
 
 from rip_control.procs import child_env
@@ -188,8 +188,21 @@ def test_a_bare_node_declares_the_tables_defaults_which_make_demo_runs(ros_node,
             GetParameters.Request(names=[p.name for p in table]),
             timeout_s=60.0,
         )
+        listed = _call(
+            ros_node,
+            ListParameters,
+            f'/{name}/list_parameters',
+            ListParameters.Request(),
+            timeout_s=60.0,
+        ).result.names
     finally:
         stop_process(proc, timeout_s=30)
+    # What the node declares is the table, no more: docs/parameters.md (generated from the
+    # table, test_docs) lists every parameter the node has, but rclpy's own.
+    ros_own = {'use_sim_time', 'start_type_description_service'}
+    assert {n for n in listed if n not in ros_own and not n.startswith('qos_overrides.')} == {
+        p.name for p in table
+    }
     declared = {p.name: _value(v) for p, v in zip(table, got.values, strict=True)}
     assert declared == defaults(table)
     kinds = {

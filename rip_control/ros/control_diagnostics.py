@@ -14,6 +14,7 @@ from typing import Any
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
 from rip_control.ros.loop_outputs import LoopOutputs
+from rip_control.ros.qos import DIAGNOSTICS, STATUS_QOS
 from rip_control.ros.weights_intake import WeightsIntake
 from rip_control.rt.handle import RtProcess, describe_exit
 from rip_control.rt.link import RtStatus
@@ -97,7 +98,7 @@ class ControlDiagnostics:
 
     def __init__(self, node: Any) -> None:
         self._node = node
-        self._pub = node.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self._pub = node.create_publisher(DiagnosticArray, DIAGNOSTICS, STATUS_QOS)
         self.rate = TickRate()
 
     def activated(self) -> None:

@@ -63,7 +63,7 @@ from rip_control.ros.control_diagnostics import ControlDiagnostics, fault_name
 from rip_control.ros.control_settings import NodeSettings
 from rip_control.ros.loop_outputs import LoopOutputs
 from rip_control.ros.node_params import declare, spin_until_shutdown
-from rip_control.ros.qos import WEIGHTS_QOS
+from rip_control.ros.qos import POLICY_WEIGHTS, WEIGHTS_QOS
 from rip_control.ros.weights_intake import WeightsIntake
 from rip_control.rt.handle import RtProcess, RtStartFailed, describe_exit
 from rip_control.rt.link import RtStatus
@@ -209,7 +209,7 @@ class ControlNode(LifecycleNode):
         )
         self._weights_sub = self.create_subscription(
             UInt8MultiArray,
-            'policy_weights',
+            POLICY_WEIGHTS,
             self._on_weights,
             WEIGHTS_QOS,
             callback_group=MutuallyExclusiveCallbackGroup(),

@@ -24,7 +24,14 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray, MultiArrayDimensi
 from rip_control import run_files
 from rip_control.files import atomic_write_bytes
 from rip_control.rig.env import ACTION_SIZE
-from rip_control.ros.qos import TICK_QOS, TRANSITIONS_QOS
+from rip_control.ros.qos import (
+    EPISODE,
+    EPISODE_QOS,
+    TICK,
+    TICK_QOS,
+    TRANSITIONS,
+    TRANSITIONS_QOS,
+)
 from rip_control.rt.gate import MISSED, VERDICTS
 from rip_control.rt.link import RtStatus
 from rip_control.rt.loop import EpisodeSummary
@@ -123,10 +130,10 @@ class LoopOutputs:
     ) -> None:
         self._node = node
         self._transitions_pub = node.create_publisher(
-            Float32MultiArray, 'transitions', TRANSITIONS_QOS
+            Float32MultiArray, TRANSITIONS, TRANSITIONS_QOS
         )
-        self._tick_pub = node.create_publisher(Float64MultiArray, '~/tick', TICK_QOS)
-        self._episode_pub = node.create_publisher(Float64MultiArray, '~/episode', 10)
+        self._tick_pub = node.create_publisher(Float64MultiArray, TICK, TICK_QOS)
+        self._episode_pub = node.create_publisher(Float64MultiArray, EPISODE, EPISODE_QOS)
         self._layout_dims = _dims(run_tagged(field_layout(obs_size, ACTION_SIZE), run_id))
         self._episode_dims = _dims((label, 1) for label in EPISODE_FIELDS)
         self._tick_dims = _dims((('dt_ms', 1), ('overrun_ms', 1)))

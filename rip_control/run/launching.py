@@ -25,7 +25,9 @@ from rip_control.params import (
     table_by_name,
     unknown_name,
 )
+from rip_control.policy import TOPIC as WEIGHTS_TOPIC
 from rip_control.rig.host_firmware import FIRMWARES
+from rip_control.transitions import TOPIC as TRANSITIONS_TOPIC
 
 # console_scripts entry point -> module (setup.py declares the same pairs)
 EXECUTABLES = {
@@ -233,7 +235,7 @@ LAUNCH_ARGUMENTS = (
 LAUNCH_ARGUMENT_BY_NAME = {a.name: a for a in LAUNCH_ARGUMENTS}
 
 
-RIG_REMAPS = {'transitions': '/transitions', 'policy_weights': '/policy_weights'}
+RIG_REMAPS = {name: '/' + name for name in (TRANSITIONS_TOPIC, WEIGHTS_TOPIC)}
 """With several rigs, every control node publishes into and listens on the learner's topics."""
 
 

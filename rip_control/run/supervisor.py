@@ -116,6 +116,8 @@ class RigMonitor:
         from diagnostic_msgs.msg import DiagnosticArray
         from std_msgs.msg import Float64MultiArray
 
+        from rip_control.ros.qos import DIAGNOSTICS, EPISODE, EPISODE_QOS, STATUS_QOS
+
         self.fqn = control_fqn
         self.label = label
         self.control_status_name = f'{control_fqn.lstrip("/")}: control loop'
@@ -132,9 +134,12 @@ class RigMonitor:
         self.ticks_earlier = 0  # control ticks of the activations before the current one
         self._episodes_at_trip = 0
         node.create_subscription(
-            Float64MultiArray, f'{control_fqn}/episode', self._on_episode, 100
+            Float64MultiArray,
+            f'{control_fqn}/{EPISODE.removeprefix("~/")}',
+            self._on_episode,
+            EPISODE_QOS,
         )
-        node.create_subscription(DiagnosticArray, '/diagnostics', self._on_diag, 10)
+        node.create_subscription(DiagnosticArray, DIAGNOSTICS, self._on_diag, STATUS_QOS)
 
     def _on_episode(self, msg: Any) -> None:
         ep = {d.label: float(v) for d, v in zip(msg.layout.dim, msg.data, strict=False)}

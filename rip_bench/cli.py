@@ -237,7 +237,10 @@ def main(argv: list[str] | None = None) -> int:
         print(TABLES[a.kind](records))
         return 0
     if a.command == docs.NAME:
-        return docs.run(a)
+        try:
+            return docs.run(a)
+        except (OSError, ValueError) as exc:  # a record or a block's markers missing
+            ap.exit(2, f'{ap.prog} docs: error: {exc}\n')
     benchmark = next(m for m in BENCHMARKS if m.NAME == a.command)
     ensure_loopback_dds()
     record = run_measured(benchmark, a)

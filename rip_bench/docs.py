@@ -4,6 +4,7 @@
 nothing and exits 1 naming each page that differs from what the code gives (the tests run
 it). A generated page is never edited by hand: change the table it comes from.
 
+* the README's headline results (a block between markers), from ``bench/results/``.
 * ``docs/parameters.md``: every parameter of both nodes (:data:`CONTROL_PARAMETERS`,
   :data:`LEARNER_PARAMETERS`), the launch arguments, the options of ``adapt``, ``record``,
   ``pretrain`` and ``identify``, and the topics with their QoS
@@ -147,7 +148,150 @@ def parameters_page() -> str:
     return '\n'.join(parts) + '\n'
 
 
+RESULTS = REPO / 'bench' / 'results'
+
+
+def _records(pattern: str) -> list[dict[str, Any]]:
+    import json
+
+    paths = sorted(RESULTS.glob(pattern))
+    if not paths:
+        raise FileNotFoundError(f'no record bench/results/{pattern}')
+    return [json.loads(path.read_text()) for path in paths]
+
+
+def _spread(values: list[float], unit: str = ' s', digits: int = 2) -> str:
+    """``mean (min-max)``; one value alone."""
+    import numpy as np
+
+    if len(values) == 1:
+        return f'{values[0]:.{digits}f}{unit}'
+    return (
+        f'{np.mean(values):.{digits}f}{unit} ({min(values):.{digits}f}-{max(values):.{digits}f})'
+    )
+
+
+def _rig_name(path: str) -> str:
+    """``config/rig_shifted_stuck.yaml`` -> ``stuck``; the QUBE-Servo 2's is ``nominal``."""
+    stem = Path(path).stem.removeprefix('rig_').removeprefix('shifted_')
+    return 'nominal' if stem == 'qube_servo2' else stem
+
+
+def _seeds(runs: list[dict[str, Any]]) -> str:
+    seeds = [str(d['seed']) for d in runs]
+    return ('seed ' if len(seeds) == 1 else 'seeds ') + ', '.join(seeds)
+
+
+def _adapt_row(question: str, pattern: str) -> str:
+    runs = _records(pattern)
+    rigs = sorted({_rig_name(d['rig']) for d in runs})
+    seeds = _seeds(runs)
+    before = [d['deployment']['prior_balance_s'] for d in runs]
+    after = [d['deployment']['adapted_balance_s'] for d in runs]
+    minutes = [d['rig_seconds'] / 60 for d in runs]
+    return (
+        f'| {question} | {", ".join(rigs)}; {seeds} | {_spread(before)} → '
+        f'{_spread(after)} | {_spread(minutes, " min", 1)} | `{pattern}` |'
+    )
+
+
+def _v5_row() -> str:
+    runs = _records('v5_*_seed*.json')
+    cells = []
+    for rig in ('nominal', 'worn', 'mild', 'heavy'):
+        mine = [d for d in runs if _rig_name(d['rig']) == rig]
+        if not mine:
+            continue
+
+        def balance(d: dict[str, Any], arm: str) -> float:
+            return float(d['deployment'][arm]['summary']['longest_balance_s']['mean'])
+
+        sync = [d for d in mine if 'sync_finetuned' in d['deployment']]
+        if not sync:
+            continue
+        a = [balance(d, 'async_finetuned') for d in sync]
+        s = [balance(d, 'sync_finetuned') for d in sync]
+        cells.append(f'{rig} ({len(sync)} seeds): async {_spread(a)}, sync {_spread(s)}')
+    one = runs[0]
+    budget = f'{one["finetune_episodes"]} episodes of {one["episode_seconds"]:g} s per arm'
+    return (
+        '| Guard off, is the asynchronous fine-tune at least as good as a synchronous one '
+        f'(V5)? Balance of {one["eval_seconds"]:g} s after | by rig | '
+        + '; '.join(cells)
+        + f' | {budget} | `v5_*_seed*.json` |'
+    )
+
+
+def _timing_row() -> str:
+    (d,) = _records('timing_50hz_sac.json')
+    c = d['control_node']
+    return (
+        '| Does the control loop hold its rate while SAC trains on the same 2 cores? | '
+        f'{c["target_rate_hz"]:g} Hz, one run of {d["seconds"]:g} s | '
+        f'{c["measured_rate_hz"]:.4f} Hz, {c["n_violations"]} violations, '
+        f'{c["missed_ticks"]} missed ticks, tick std {c["dt_std_ms"]:.3f} ms | | '
+        '`timing_50hz_sac.json` |'
+    )
+
+
+def _demo_row() -> str:
+    runs = _records('demo_run*.json')
+    hz = [d['ticks']['measured_rate_hz'] for d in runs]
+    violations = sum(int(d['ticks']['n_violations']) for d in runs)
+    balance = [float(sum(d['balance_s']) / len(d['balance_s'])) for d in runs]
+    return (
+        f'| Does `make demo` run as the README says? | nominal; {len(runs)} runs in a row | '
+        f'{_spread(hz, " Hz", 4)}, {violations} violations; mean balance per episode '
+        f'{_spread(balance)} | '
+        f'{_spread([d["wall_seconds"] / 60 for d in runs], " min", 1)} wall | '
+        '`demo_run*.json` |'
+    )
+
+
+def headline_table() -> str:
+    """The README's results: one row per question, each with its spread and its records."""
+    rows = [
+        '| question | rigs, seeds | result: mean (min-max) | rig time | records in '
+        '`bench/results/` |',
+        '|---|---|---|---|---|',
+        _adapt_row(
+            '`adapt`: is a rig the simulation cannot balance (arm stiction, 30 ms latency) '
+            'rescued? Balance of 10 s, before → after',
+            'adapt_stuck_k2_seed*.json',
+        ),
+        _adapt_row('`adapt` on a worn rig, before → after', 'adapt_worn_k2_seed*.json'),
+        _adapt_row(
+            '`adapt` on a rig the simulation covers: never worse? before → after',
+            'adapt_qube_servo2_k2_seed*.json',
+        ),
+        _adapt_row('... and on a heavy one', 'adapt_heavy_k2_seed*.json'),
+        _v5_row(),
+        _timing_row(),
+        _demo_row(),
+    ]
+    return '\n'.join(rows)
+
+
 PAGES: dict[str, Callable[[], str]] = {'parameters.md': parameters_page}
+
+#: Generated blocks inside hand-written files: (file, block name) -> what goes between
+#: ``<!-- NAME: generated by python -m rip_bench docs -->`` and ``<!-- end NAME -->``.
+BLOCKS: dict[tuple[str, str], Callable[[], str]] = {
+    ('README.md', 'headline results'): headline_table,
+}
+
+
+def with_block(text: str, name: str, body: str, where: str) -> str:
+    """``text`` with the block ``name`` holding ``body``.
+
+    :raises ValueError: the markers are missing or out of order (named with ``where``).
+    """
+    start = f'<!-- {name}: generated by python -m rip_bench docs -->'
+    end = f'<!-- end {name} -->'
+    i, j = text.find(start), text.find(end)
+    if i < 0 or j < i:
+        raise ValueError(f'{where}: no block {start!r} ... {end!r}')
+    return text[: i + len(start)] + '\n' + body + '\n' + text[j:]
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -156,14 +300,23 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         '--check', action='store_true', help='write nothing; exit 1 naming each page that differs'
     )
     ap.add_argument('--out', default=str(DOCS), help='folder of the pages (default: docs/)')
+    ap.add_argument(
+        '--root',
+        default=str(REPO),
+        help='folder of the files with generated blocks (default: the repository)',
+    )
 
 
 def run(a: argparse.Namespace) -> int:
     """Write (or check) every generated page; the exit status."""
     stale = []
-    for name, page in PAGES.items():
-        path = Path(a.out) / name
-        text = page()
+    outputs: dict[Path, str] = {Path(a.out) / name: page() for name, page in PAGES.items()}
+    root = Path(a.root)
+    for (name, block), body in BLOCKS.items():
+        path = root / name
+        current = outputs.get(path, path.read_text())
+        outputs[path] = with_block(current, block, body(), str(path))
+    for path, text in outputs.items():
         current = path.read_text() if path.exists() else None
         if current == text:
             continue

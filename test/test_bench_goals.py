@@ -18,6 +18,11 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / 'bench' / 'results'
 
 
+def published() -> str:
+    """What the README and the pages of docs/ show, one text (a table may live in either)."""
+    return '\n'.join(p.read_text() for p in [REPO / 'README.md', *sorted(REPO.glob('docs/*.md'))])
+
+
 def table(kind: str, *names: str) -> str:
     """What ``python -m rip_bench table KIND bench/results/NAME...`` prints (no last newline)."""
     out = io.StringIO()
@@ -165,7 +170,7 @@ def test_a_seed_that_delivered_the_starting_policy_is_scored_as_that_policy(tmp_
 def test_the_readmes_c_firmware_tables_are_generated_from_the_committed_results() -> None:
     # The README's figures come from bench/results/: regenerating the tables from the JSON
     # must give back exactly what the README shows.
-    readme = (REPO / 'README.md').read_text()
+    readme = published()
     for name in ('serial_roundtrip_sac.json', 'serial_roundtrip.json'):
         rows = table('serial-roundtrip', name)
         assert rows in readme, name
@@ -215,7 +220,7 @@ def test_the_round_trip_table_shows_the_spread_over_repeats() -> None:
 def test_the_readmes_matrix_tables_are_generated_from_the_committed_results() -> None:
     import json
 
-    readme = (REPO / 'README.md').read_text()
+    readme = published()
     assert table('matrix', 'matrix.json', 'matrix_heavy.json') in readme
     # The wide prior as shipped: three runs, the nominal rig's clean re-run superseding the
     # row of the run whose seed 1 a test run beside it disturbed.
@@ -232,13 +237,13 @@ def test_the_readmes_matrix_tables_are_generated_from_the_committed_results() ->
 
 
 def test_the_readmes_demo_and_throughput_tables_are_generated_from_the_committed_results() -> None:
-    readme = (REPO / 'README.md').read_text()
+    readme = published()
     assert table('demo', *(f'demo_run{i}.json' for i in range(1, 6))) in readme
     assert table('learner-throughput', 'learner_throughput_fast_sac.json') in readme
 
 
 def test_the_readmes_v5_tables_are_generated_from_the_committed_results() -> None:
-    readme = (REPO / 'README.md').read_text()
+    readme = published()
     names = [f'v5_{rig}_seed{s}.json' for rig in ('nominal', 'worn') for s in (0, 1, 2)]
     names += [f'v5_mild_seed{s}.json' for s in range(6)]
     assert table('v5-seeds', *names) in readme
@@ -247,7 +252,7 @@ def test_the_readmes_v5_tables_are_generated_from_the_committed_results() -> Non
 
 
 def test_the_readmes_action_history_table_is_generated_from_the_committed_results() -> None:
-    readme = (REPO / 'README.md').read_text()
+    readme = published()
     runs = [f'action_history_stuck_seed{seed}.json' for seed in (0, 1, 2)]
     assert table('action-history', *runs) in readme
 
@@ -264,12 +269,12 @@ def test_the_table_command_names_a_bad_file(tmp_path, capsys) -> None:
 
 
 def test_the_readmes_identification_table_is_generated_from_the_committed_results() -> None:
-    readme = (REPO / 'README.md').read_text()
+    readme = published()
     assert table('identification', 'identification.json') in readme
 
 
 def test_the_readmes_adapt_table_is_generated_from_the_committed_results() -> None:
-    readme = (REPO / 'README.md').read_text()
+    readme = published()
     runs = [f'adapt_stuck_seed{seed}.json' for seed in (0, 1, 2)] + [
         f'adapt_{rig}_seed0.json' for rig in ('worn', 'qube_servo2', 'heavy')
     ]

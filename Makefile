@@ -23,7 +23,7 @@ LAUNCH_STAMP := $(VENV)/.launch-installed
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt constraints.txt
+$(STAMP): requirements.txt requirements-workspace.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -c constraints.txt
 	touch $(STAMP)

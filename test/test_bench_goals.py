@@ -1,11 +1,10 @@
-"""The goals ``python -m rip_bench matrix`` checks, and the README's tables from the records.
+"""The goals ``python -m rip_bench matrix`` checks, and the tables made of saved records.
 
-The README's tables are regenerated here by ``python -m rip_bench table KIND FILE...`` (its
-:func:`~rip_bench.cli.main`) from the committed ``bench/results/`` files.
+The tables are what ``python -m rip_bench table KIND FILE...`` prints. Which records the
+results pages show, and that the pages hold exactly the tables they give, is
+``rip_bench/results_page.py``'s and ``test_docs``'s (the pages are generated).
 """
 
-import contextlib
-import io
 import math
 from pathlib import Path
 
@@ -15,20 +14,6 @@ from rip_bench.cli import main as bench_main
 from rip_bench.matrix import check, score
 
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / 'bench' / 'results'
-
-
-def published() -> str:
-    """What the README and the pages of docs/ show, one text (a table may live in either)."""
-    return '\n'.join(p.read_text() for p in [REPO / 'README.md', *sorted(REPO.glob('docs/*.md'))])
-
-
-def table(kind: str, *names: str) -> str:
-    """What ``python -m rip_bench table KIND bench/results/NAME...`` prints (no last newline)."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert bench_main(['table', kind, *(str(RESULTS / n) for n in names)]) == 0
-    return out.getvalue().rstrip('\n')
 
 
 # A (rig, seed) cell's goals, every one met (what the table tests vary is elsewhere).
@@ -167,22 +152,6 @@ def test_a_seed_that_delivered_the_starting_policy_is_scored_as_that_policy(tmp_
     assert '| 7.85 s (7.74 s) | 7.95* (7.74), 7.74 |' in row and row.endswith('| 0/2 |'), row
 
 
-def test_the_readmes_c_firmware_tables_are_generated_from_the_committed_results() -> None:
-    # The README's figures come from bench/results/: regenerating the tables from the JSON
-    # must give back exactly what the README shows.
-    readme = published()
-    for name in ('serial_roundtrip_sac.json', 'serial_roundtrip.json'):
-        rows = table('serial-roundtrip', name)
-        assert rows in readme, name
-        assert rows.count('\n') == 3  # header, rule, one row per firmware
-    runs = [f'timing_500hz_sac_{fw}fw_run{i}.json' for fw in ('c', 'python') for i in (1, 2, 3)]
-    assert table('timing', *runs) in readme
-    more = [
-        f'timing_500hz_sac_cfw{pin}_rep{i}.json' for pin in ('', '_pinned') for i in (1, 2, 3, 4)
-    ]
-    assert table('timing', *more) in readme
-
-
 def test_the_round_trip_table_shows_the_spread_over_repeats() -> None:
     from rip_bench.serial_roundtrip import roundtrip_table
 
@@ -217,46 +186,6 @@ def test_the_round_trip_table_shows_the_spread_over_repeats() -> None:
     assert rows[3].endswith('| 5.0 % | 1 |')
 
 
-def test_the_readmes_matrix_tables_are_generated_from_the_committed_results() -> None:
-    import json
-
-    readme = published()
-    assert table('matrix', 'matrix.json', 'matrix_heavy.json') in readme
-    # The wide prior as shipped: three runs, the nominal rig's clean re-run superseding the
-    # row of the run whose seed 1 a test run beside it disturbed.
-    current = (
-        'matrix_wide_worn.json',
-        'matrix_wide_nominal_heavy.json',
-        'matrix_wide_nominal.json',
-    )
-    assert table('matrix', *current) in readme
-    for name in current:
-        assert 'sim_50hz_wide' in json.loads((RESULTS / name).read_text())['policy'], name
-    for name in ('matrix_wide_8b13c2b.json', 'matrix_wide_9db4a66.json', 'matrix_wide_caps.json'):
-        assert table('matrix', name) in readme, name
-
-
-def test_the_readmes_demo_and_throughput_tables_are_generated_from_the_committed_results() -> None:
-    readme = published()
-    assert table('demo', *(f'demo_run{i}.json' for i in range(1, 6))) in readme
-    assert table('learner-throughput', 'learner_throughput_fast_sac.json') in readme
-
-
-def test_the_readmes_v5_tables_are_generated_from_the_committed_results() -> None:
-    readme = published()
-    names = [f'v5_{rig}_seed{s}.json' for rig in ('nominal', 'worn') for s in (0, 1, 2)]
-    names += [f'v5_mild_seed{s}.json' for s in range(6)]
-    assert table('v5-seeds', *names) in readme
-    assert table('v5', 'v5_worn_256.json') in readme
-    assert table('v5-seeds', *(f'v5_heavy_seed{s}.json' for s in (0, 1, 2))) in readme
-
-
-def test_the_readmes_action_history_table_is_generated_from_the_committed_results() -> None:
-    readme = published()
-    runs = [f'action_history_stuck_seed{seed}.json' for seed in (0, 1, 2)]
-    assert table('action-history', *runs) in readme
-
-
 def test_the_table_command_names_a_bad_file(tmp_path, capsys) -> None:
     bad = tmp_path / 'bad.json'
     bad.write_text('[1, 2]')
@@ -266,25 +195,6 @@ def test_the_table_command_names_a_bad_file(tmp_path, capsys) -> None:
         assert exit_.value.code == 2
         err = capsys.readouterr().err
         assert str(path) in err and why in err, err
-
-
-def test_the_readmes_identification_table_is_generated_from_the_committed_results() -> None:
-    readme = published()
-    assert table('identification', 'identification.json') in readme
-
-
-def test_the_readmes_adapt_table_is_generated_from_the_committed_results() -> None:
-    readme = published()
-    runs = [f'adapt_stuck_seed{seed}.json' for seed in (0, 1, 2)] + [
-        f'adapt_{rig}_seed0.json' for rig in ('worn', 'qube_servo2', 'heavy')
-    ]
-    assert table('adapt', *runs) in readme
-    # re-measured at k = 2, the re-training's default since then
-    k2 = [f'adapt_{rig}_k2_seed{seed}.json' for rig in ('stuck', 'worn') for seed in (0, 1, 2)]
-    k2 += ['adapt_qube_servo2_k2_seed0.json', 'adapt_heavy_k2_seed0.json']
-    assert table('adapt', *k2) in readme
-    plain = ('plain_stuck_seed0_b1a5e48.json', 'plain_stuck_seed0.json')
-    assert table('adapt-vs-plain', *plain, 'adapt_stuck_seed0.json') in readme
 
 
 def test_every_record_says_its_code_machine_and_host_steal() -> None:

@@ -34,3 +34,91 @@ def test_the_parameter_page_lists_every_parameter_of_both_nodes_with_its_default
         rows = [r for r in section.splitlines() if r.startswith('| `')]
         assert [r.split('`')[1] for r in rows] == [p.name for p in table]
     assert '| `rate_hz` | double | `50.0` | 1 … 1000 |' in control
+
+
+def _edited(result, edit):
+    """The result's records, loaded, deep-copied and changed by ``edit`` (nothing on disk)."""
+    import copy
+
+    from rip_bench.results_page import load
+
+    records = copy.deepcopy(load(result))
+    edit(records)
+    return records
+
+
+def test_a_conclusions_numbers_are_computed_from_its_records() -> None:
+    # The page says what the records say: one stuck-rig seed of adapt deployed lower in a
+    # changed copy of its record, and the conclusion's count, range and mean follow.
+    from rip_bench.results_page import ADAPT, ADAPT_K2, render
+    from rip_bench.results_page import load as load_records
+
+    page = render(ADAPT, load_records(ADAPT))
+    assert '**Rescue, stuck rig: met on all 3 seeds**, 8.69-8.72 s' in page
+
+    def lower(records) -> None:
+        dep = records[ADAPT_K2['stuck'][1]]['deployment']
+        dep['adapted_balance_s'] = 3.21
+        dep['adapted_episodes_s'] = [3.21] * len(dep['adapted_episodes_s'])
+
+    edited = render(ADAPT, _edited(ADAPT, lower))
+    assert '**Rescue, stuck rig: met on 2 of 3 seeds**, 3.21-8.72 s' in edited, edited
+    assert 'every deployment episode 3.2-8.8 s' in edited
+    assert '8.69-8.72 s' not in edited
+
+
+def test_a_verdict_in_a_conclusion_follows_its_records() -> None:
+    # V5's "at least as good on every rig" is judged from the records, not written: with the
+    # mild rig's asynchronous arm raised above the synchronous one, it holds everywhere.
+    from rip_bench.results_page import V5_RESULT, V5_SEEDS, render
+    from rip_bench.results_page import load as load_records
+
+    assert 'is not met on the mild one' in render(V5_RESULT, load_records(V5_RESULT))
+
+    def raise_async(records) -> None:
+        for name in V5_SEEDS:
+            if 'mild' in name:
+                summary = records[name]['deployment']['async_finetuned']['summary']
+                summary['longest_balance_s']['mean'] = 9.5
+
+    edited = render(V5_RESULT, _edited(V5_RESULT, raise_async))
+    assert '"at least as good on every rig" holds.**' in edited, edited
+    assert 'mild 9.50 s against 9.13 s' in edited
+    assert 'is not met' not in edited
+
+
+def test_the_recorded_line_says_what_the_records_hold() -> None:
+    from rip_bench.results_page import Result, recorded
+
+    result = Result('', '', lambda r: '', lambda r: '', files=('a.json', 'b.json'))
+    new = {
+        'commit': 'abc1234',
+        'host_steal': {'fraction': 0.012, 'wall_s': 60.0},
+        'machine': {'cpu_model': 'Some CPU', 'cpus': 2},
+        'seed': 1,
+    }
+    line = recorded(result, {'a.json': new, 'b.json': {**new, 'seed': 0}})
+    assert line == (
+        '*Recorded:* commit `abc1234`; host steal 1.2 % of the CPU time; CPU Some CPU; seeds 0, 1.'
+    )
+    line = recorded(result, {'a.json': new, 'b.json': {'seed': 2}})
+    assert 'commit `abc1234` for a; none for the other 1' in line, line
+    old = recorded(result, {'a.json': {}, 'b.json': {}})
+    assert old == '*Recorded:* no commit, host steal or CPU (the records predate those fields).'
+
+
+def test_the_results_pages_hold_no_command_the_readme_test_would_run() -> None:
+    # test_readme runs every ``` and ```sh block of docs/: a replicate block is ```text.
+    import re
+
+    for name in ('results.md', 'results_history.md'):
+        fences = re.findall(r'^```(\w*)$', (REPO / 'docs' / name).read_text(), re.M)
+        assert set(fences[::2]) <= {'text'}, (name, fences)
+
+
+def test_the_wide_prior_results_are_of_the_wide_policy() -> None:
+    from rip_bench.results_page import WIDE, WIDE_RESULT, load
+
+    records = load(WIDE_RESULT)
+    for name in WIDE:
+        assert 'sim_50hz_wide' in records[name]['policy'], name

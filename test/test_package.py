@@ -61,3 +61,43 @@ def test_mypy_on_the_package_is_clean():
         [sys.executable, '-m', 'mypy'], cwd=REPO, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_workspace_requirements_hold_every_library_the_package_imports_but_ros():
+    """Every third-party module the package imports is in requirements-workspace.txt or ROS 2.
+
+    A ROS 2 workspace installs requirements-workspace.txt with pip (docs/getting_started.md)
+    and gets ROS 2 itself from rosdep (a fresh-clone trial found matplotlib missing from the
+    pip line the docs had then).
+    """
+    import ast
+    from importlib.metadata import packages_distributions
+    import re
+
+    def norm(name: str) -> str:  # PEP 503
+        return re.sub(r'[-_.]+', '-', name).lower()
+
+    ros = {'rclpy', 'std_msgs', 'diagnostic_msgs', 'lifecycle_msgs', 'rcl_interfaces'}
+    ros |= {'ament_index_python', 'launch', 'launch_ros'}  # from the ROS 2 install
+    modules = set()
+    for package in ('rip_control', 'rip_learner'):
+        for path in (REPO / package).rglob('*.py'):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    modules |= {a.name.split('.')[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    modules.add(node.module.split('.')[0])
+    own = {'rip_control', 'rip_learner', 'rip_bench'}
+    third = {m for m in modules if m not in sys.stdlib_module_names | own | ros}
+    listed = {
+        norm(re.split(r'[=<>\[]', line)[0].strip())
+        for line in (REPO / 'requirements-workspace.txt').read_text().splitlines()
+        if line.strip() and not line.startswith('#')
+    }
+    by_module = packages_distributions()
+    missing = {
+        m: by_module.get(m) for m in third if not {norm(d) for d in by_module.get(m, [])} & listed
+    }
+    assert not missing, f'imported but not in requirements-workspace.txt: {missing}'
+    assert 'torch' in third and 'matplotlib' in third  # the scan sees the package's imports
+    assert not any(name.startswith('ros-') for name in listed)  # rosdep's, not pip's

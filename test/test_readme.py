@@ -42,8 +42,9 @@ EXCITATION_TICKS = round(ExcitationDesign().duration_s * 50)
 NOT_RUN = {
     'make test': 'it is the command that runs this test',
     'cd ~/ros2_ws/src && git clone <this repo> rip_control': 'workspace set-up, no program',
-    'pip install torch==2.13.0 stable-baselines3==2.9.2 gymnasium==1.4.0 safetensors==0.8.0 '
-    'rosbags==0.11.9': 'what make test installs (pinned in requirements.txt)',
+    'pip install -r rip_control/requirements-workspace.txt -c rip_control/constraints.txt': (
+        'what make test installs (requirements.txt includes it)'
+    ),
     'cd ~/ros2_ws && rosdep install --from-paths src -y && colcon build --packages-select '
     'rip_control': 'rosdep needs a ROS 2 install; the colcon build runs in test_package',
     'source install/setup.bash': 'ros2_cli.sourced_env sets what it sets',

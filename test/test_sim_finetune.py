@@ -48,16 +48,3 @@ def test_a_setting_reaches_the_update(tmp_path):
     caps = caps['runs'][0]
     assert shipped['episodes'][0] == caps['episodes'][0]
     assert shipped['evaluations'][0]['return'] != caps['evaluations'][0]['return']
-
-
-def test_the_readmes_table_is_generated_from_the_committed_results():
-    from test_bench_goals import published
-
-    files = [
-        REPO / 'bench' / 'results' / f'sim_finetune_{rig}_{prior}_{setting}.json'
-        for rig in ('worn', 'heavy')
-        for prior in ('sim_50hz', 'sim_50hz_wide')
-        for setting in ('initial', 'caps')
-    ]
-    table = sim_finetune_table([json.loads(f.read_text()) for f in files])
-    assert table in published()

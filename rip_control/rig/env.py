@@ -70,6 +70,10 @@ QUIET_ARM_RAD, QUIET_ARM_RAD_S = 0.05, 0.3
 QUIET_PENDULUM_RAD, QUIET_PENDULUM_RAD_S = 0.1, 1.0
 
 
+BALANCE_THRESHOLD_RAD = 0.2
+"""|phi| below this counts as balanced: the task's, the evaluation's, the guard's."""
+
+
 @dataclass(frozen=True)
 class TaskConfig(FromParams):
     """The task both environments pose. Validated here, once.
@@ -112,7 +116,7 @@ class TaskConfig(FromParams):
     max_action_v: float
     arm_limit_rad: float
     action_history: int
-    balance_threshold_rad: float = 0.2
+    balance_threshold_rad: float = BALANCE_THRESHOLD_RAD
     reward_arm_weight: float = 0.2
     reward_action_weight: float = 0.05
     reward_velocity_weight: float = 0.01

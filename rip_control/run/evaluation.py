@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-BALANCE_THRESHOLD_RAD = 0.2
-"""|phi| below this counts as balanced (the task's own threshold)."""
+from rip_control.rig.env import BALANCE_THRESHOLD_RAD
 
 SWING_UP_HOLD_S = 0.5
 """A swing-up counts once the pendulum stays balanced this long."""

@@ -104,6 +104,7 @@ def parameters_page() -> str:
     from rip_control.adapt import LAUNCH_SWITCH
     from rip_control.adapt import OPTIONS as ADAPT
     from rip_control.record import OPTIONS as RECORD
+    from rip_control.run.supervisor import OPTIONS as SUPERVISOR
     from rip_learner.identify import OPTIONS as IDENTIFY
     from rip_learner.pretrain import OPTIONS as PRETRAIN
 
@@ -134,6 +135,11 @@ def parameters_page() -> str:
         'With the launch arguments above (but `rig_seconds` and `episodes`, which the loop '
         'sets phase by phase).\n',
         param_table(ADAPT),
+        '',
+        '## Driving control nodes (`python -m rip_control.run.supervisor`)\n',
+        "The launch file's supervisor; by hand, it drives control nodes you started yourself "
+        '(a learner on another machine: [networking.md](networking.md)).\n',
+        param_table(SUPERVISOR),
         '',
         '## Recording a bag (`python -m rip_control.record`)\n',
         param_table(RECORD),

@@ -134,3 +134,28 @@ def test_a_number_that_drifted_from_its_source_is_caught() -> None:
     assert not FACTS['10–2000 ms'][0]('10–1000')
     found = [m.group(0) for m in NUMBER.finditer(_prose('past 1.6 rad, 0.1 %; `2.5 s` in code'))]
     assert found == ['1.6 rad', '0.1 %']
+
+
+# "`name` (N" in prose gives a parameter's default: it must be the table's (a value "in the
+# test" is the test's own, not a default; a percentage is the fraction's).
+DEFAULT_IN_PROSE = re.compile(r'`(\w+)` \((\d+(?:\.\d+)?)( ?%| in the test)?')
+
+
+def test_every_default_named_in_the_hand_written_prose_is_the_tables() -> None:
+    from rip_control.params import CONTROL_PARAMETERS, LEARNER_PARAMETERS, defaults
+
+    table = {**defaults(LEARNER_PARAMETERS), **defaults(CONTROL_PARAMETERS)}
+    seen, wrong = 0, []
+    for page in hand_written():
+        for m in DEFAULT_IN_PROSE.finditer(page.read_text()):
+            name, number, suffix = m.groups()
+            if name not in table or suffix == ' in the test':
+                continue
+            value = float(number) / (100 if suffix and '%' in suffix else 1)
+            seen += 1
+            if abs(value - float(table[name])) > 1e-9:
+                wrong.append(
+                    f'{page.name}: `{name}` ({number}{suffix or ""}), the table has {table[name]}'
+                )
+    assert not wrong, wrong
+    assert seen >= 5  # the pattern still finds the docs' defaults

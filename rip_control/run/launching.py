@@ -215,9 +215,8 @@ LAUNCH_ARGUMENTS = (
     LaunchArgument(
         'violation_restarts',
         'after a timing violation or a serial stall (motor off, its unconfirmed transitions '
-        'withdrawn) re-activate the rig; '
-        'this many trips in a row with no episode finished between them end the run (0: the '
-        'first violation does)',
+        'withdrawn) re-activate the rig, this many times in a row with no episode finished '
+        'between them; the next trip ends the run (0: the first does)',
         kind=Param('violation_restarts', 5, 'restarts after a timing violation', 0, 1000),
     ),
     LaunchArgument(

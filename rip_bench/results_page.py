@@ -2322,6 +2322,130 @@ BAGS_RESULT = Result(
 )
 
 
+#: The soak records (one rig, two rigs), as committed.
+SOAK = tuple(sorted(p.name for p in RESULTS.glob('soak_*rig.json')))
+
+
+def _soak_rigs(name: str) -> str:
+    """``soak_2rig.json`` -> ``2``."""
+    return name.removeprefix('soak_').removesuffix('rig.json')
+
+
+def _soak_setup(r: Records) -> str:
+    d = r[SOAK[0]]
+    rigs = ' and '.join(str(r[n]['rigs']) for n in SOAK)
+    return (
+        f'`python -m rip_bench soak`: the whole fine-tune through the runner for '
+        f'{d["minutes"]:g} minutes of rig time on {rigs} emulated '
+        f'rig{"s" * (len(SOAK) > 1 or d["rigs"] > 1)} (the defaults: '
+        f'{d["args"]["rate"]} Hz, the guard on, episodes until the rig-time limit), each '
+        f"emulator's firmware clock set to wrap {d['wrap_after_s']:g} s in; every "
+        f'{d["sample_s"]:g} s the resident memory, open files and threads of every process of '
+        'the run, from `/proc`. A slope is a least-squares line through the samples after the '
+        f"first {d['warmup_s']:g} s (the imports, the first fills), each process's last sample "
+        '(the ordered stop) left out.'
+    )
+
+
+def _after_warmup(d: dict[str, Any], name: str, key: str) -> list[float]:
+    """``key`` of a process's samples after the warm-up, its last (the stop) left out."""
+    mine = [s for s in d['samples'] if s['process'] == name][:-1]
+    return [s[key] for s in mine if s['t_s'] >= d['warmup_s']]
+
+
+def _learner_growth_mib(d: dict[str, Any]) -> float:
+    late = _after_warmup(d, 'learner_node', 'rss_kib')
+    return (late[-1] - late[0]) / 1024 if len(late) > 1 else 0.0
+
+
+def _stored_after_warmup(d: dict[str, Any]) -> float:
+    """Transitions the learner received between its first and last sample after warm-up."""
+    late = _after_warmup(d, 'learner_node', 't_s')
+    if len(late) < 2 or not d['wall_seconds']:
+        return 0.0
+    return d['transitions_received'] * (late[-1] - late[0]) / d['wall_seconds']
+
+
+def _soak_run(d: dict[str, Any]) -> str:
+    episodes = d['episodes']
+    violations = sum(e['violations'] for e in episodes)
+    procs = d['processes']
+    slopes = ', '.join(
+        f'{name} {p["rss_slope_mib_per_h"]:+.1f}'
+        for name, p in procs.items()
+        if p['rss_slope_mib_per_h'] is not None
+    )
+    growth = ', '.join(
+        f'{name} {(late[-1] - late[0]) / 1024:+.1f}'
+        for name in procs
+        if len(late := _after_warmup(d, name, 'rss_kib')) > 1
+    )
+    changed = {
+        name: (min(fds), max(fds))
+        for name in procs
+        if (fds := _after_warmup(d, name, 'fds')) and max(fds) != min(fds)
+    }
+    crossed = d['wall_seconds'] > d['wrap_after_s'] and not d['failure']
+    from rip_control.params import LEARNER_PARAMETERS, defaults
+
+    capacity = int(defaults(LEARNER_PARAMETERS)['buffer_size'])
+    return (
+        f'**{d["rigs"]} rig{"s" * (d["rigs"] > 1)}, {d["wall_seconds"] / 60:.0f} minutes:** '
+        f'{len(episodes)} episodes, {violations} timing violations, {d["violation_restarts"]} '
+        f're-activations, {d["serial_errors"]} serial errors'
+        + ('; the firmware clock wrapped and the run went on. ' if crossed else '. ')
+        + f'{d["transitions_published"]} transitions published, {d["transitions_received"]} '
+        'received by the learner; '
+        + (
+            f'its buffer replaced {d["buffer_evicted"]} of its oldest (the eviction point '
+            'crossed). '
+            if d['buffer_evicted']
+            else f'its buffer (of {capacity}) never filled: the eviction point was not reached. '
+        )
+        + f'Memory after the warm-up: slopes {slopes} MiB per hour; growth from the first '
+        f'sample to the last, {growth} MiB'
+        + (
+            f' (the learner stores every transition: {1024**2 * learner / stored:.0f} B of its '
+            'growth per transition stored meanwhile)'
+            if (learner := _learner_growth_mib(d)) and (stored := _stored_after_warmup(d))
+            else ''
+        )
+        + '. Open files after the warm-up: '
+        + (
+            'the same number in every process throughout.'
+            if not changed
+            else ', '.join(f'{n} between {lo} and {hi}' for n, (lo, hi) in changed.items()) + '.'
+        )
+    )
+
+
+def _soak_conclusion(r: Records) -> str:
+    d = r[SOAK[0]]
+    trace_mib_h = 24 * float(d['args']['rate']) * 3600 / 2**20  # a traced tick: 3 doubles
+    return _bullets(
+        *(_soak_run(r[n]) for n in SOAK),
+        "The control node's tick trace fills a fixed ring as the run goes "
+        f'({trace_mib_h:.1f} MiB an hour at this rate, up to its end): growth of that size is '
+        'its pages being touched, not a leak.',
+    )
+
+
+SOAK_RESULT = Result(
+    heading='',
+    question='Does a fine-tune run for hours without growing: memory, files and threads of '
+    "every process, the rate, every transition delivered, across the firmware clock's wrap "
+    "and the replay buffer's eviction point?",
+    setup=_soak_setup,
+    tables=(Table('soak', SOAK),),
+    conclusion=_soak_conclusion,
+    replicate=tuple(
+        f'python -m rip_bench soak --minutes 120 --rigs {_soak_rigs(name)} '
+        f'--json bench/results/{name}'
+        for name in SOAK
+    ),
+)
+
+
 def _not_measured(_: Records) -> str:
     return _bullets(
         'Anything on a physical rig.',
@@ -2414,6 +2538,11 @@ CURRENT: tuple[Section, ...] = (
     Section('throughput', 'How fast does the learner update?', (SB3_RESULT, FAST_RESULT)),
     Section('pretrain', 'The shipped pre-trained policy', (PRETRAIN_RESULT,)),
     Section('bags', 'Bags of transitions', (BAGS_RESULT,)),
+    *(
+        (Section('soak', 'Does a fine-tune run for hours without growing?', (SOAK_RESULT,)),)
+        if SOAK
+        else ()
+    ),
     Section('not-measured', 'Not measured', (), intro=_not_measured),
 )
 """The sections of results.md, in order."""

@@ -193,6 +193,14 @@ def slopes(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, dict[str
             'fds_first_last': [mine[0]['fds'], mine[-1]['fds']],
             'threads_first_last': [mine[0]['threads'], mine[-1]['threads']],
         }
+        if late:  # after the warm-up: what a leak would show
+            out[name]['after_warmup'] = {
+                'samples': len(late),
+                'rss_mib_growth': round((late[-1]['rss_kib'] - late[0]['rss_kib']) / 1024.0, 1),
+                'fds_max_minus_min': max(s['fds'] for s in late) - min(s['fds'] for s in late),
+                'threads_max_minus_min': max(s['threads'] for s in late)
+                - min(s['threads'] for s in late),
+            }
     return out
 
 

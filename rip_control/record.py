@@ -37,6 +37,7 @@ OPTIONS = (
 
 
 DRAIN_S = 1.0  # at most this long taking what was received before the stop
+DRAIN_SPIN_S = 0.01  # ... each spin waiting this long: nothing in it ends the drain
 
 
 def record(
@@ -111,10 +112,12 @@ def record(
         # After a signal, what the subscription has received but not handed over yet goes in
         # too: the bag closes with every transition that reached this process. (Not after
         # max_messages or duration_s: those are the bag's stated bounds.)
+        # (A wait of its own for each spin: rclpy's executor answers a zero timeout with
+        # nothing every other call, which would end the drain after one message.)
         drained_at = time.monotonic() + DRAIN_S
         while stop.requested and not failed and time.monotonic() < drained_at:
             before = bag.count
-            executor.spin_once(timeout_sec=0.0)
+            executor.spin_once(timeout_sec=DRAIN_SPIN_S)
             if bag.count == before:
                 break
     finally:

@@ -3,6 +3,7 @@
 ``python -m rip_control.rig_check [--port /dev/ttyUSB0] [--rate 50] [--seconds 5]``
 ``python -m rip_control.rig_check --port /dev/ttyUSB0 --excitation excitation.safetensors``
 ``python -m rip_control.rig_check --port /dev/ttyUSB0 --direction``
+``python -m rip_control.rig_check --port /dev/ttyUSB0 --deadman``
 
 With no ``--port`` it starts the rig emulator and talks to it through its pseudo-terminal
 (the same serial code a physical rig uses). It engages the motor at 0 V (the heartbeat keeps
@@ -14,6 +15,12 @@ the measured loop rate and the serial round-trip latency (mean, p99, max).
 turns with the voltage and the pendulum swings against the arm's acceleration, as the
 conventions say (docs/serial_protocol.md): a reversed motor lead or encoder is found here,
 before a policy drives the rig at up to ``max_action_v``; it exits 1 naming the likely fault.
+
+``--deadman`` then checks that the firmware's deadman stops the motor: it engages at 0 V,
+feeds the heartbeat for a moment, then only reads the state (GET_STATE does not feed it)
+until the driver goes off. It exits 1 if the motor is still engaged ``DEADMAN_LATE_MS``
+after the firmware's own deadman setting (the check's command then turns it off), or if
+something other than the deadman turned it off.
 
 ``--excitation FILE`` then runs the excitation episode (:mod:`rip_control.rig.excitation`:
 the pendulum hanging, the arm centred, at most ``--max-action-v`` volts) in the control
@@ -44,6 +51,10 @@ _MAX_ACTION_V = table_by_name(CONTROL_PARAMETERS)['max_action_v']
 
 class DirectionFault(RigError):
     """The rig moves against the conventions, or too little to tell (``--direction``)."""
+
+
+class DeadmanFault(RigError):
+    """The firmware's deadman did not stop the motor in time (``--deadman``)."""
 
 
 def _stats_ms(values_s: list[float]) -> dict[str, float]:
@@ -297,6 +308,68 @@ def run_direction(port: str, rate_hz: float, volts: float) -> dict[str, object]:
     return {'moves': moves, 'arm': 'agrees', 'pendulum': 'agrees'}
 
 
+# The deadman check (``--deadman``): the heartbeat fed this long first, then the state read
+# every DEADMAN_POLL_S; the motor must be off within the firmware's own setting plus this
+# much (a poll, a serial round trip, a USB frame).
+DEADMAN_FEED_S = 0.3
+DEADMAN_POLL_S = 0.002
+DEADMAN_LATE_MS = 50.0
+
+
+def run_deadman(port: str, rate_hz: float) -> dict[str, object]:
+    """Stop the heartbeat with the motor engaged at 0 V; the firmware's deadman must act.
+
+    :raises DeadmanFault: the motor still engaged ``DEADMAN_LATE_MS`` after the deadman
+        setting (turned off by this check's command then), or turned off without the
+        deadman's status bit (the emergency stop, a reset).
+    """
+    import time
+
+    from rip_control.rig.protocol import Status
+
+    client = LowLevelClient(port, timeout_s=0.02)
+    info = client.open()
+    setting_ms = float(info.deadman_timeout_ms)
+    pacer = Pacer(1.0 / rate_hz)
+    try:
+        client.engage()
+        pacer.start()
+        for _ in range(max(2, round(DEADMAN_FEED_S * rate_hz))):
+            pacer.wait()
+            client.set_voltage(0.0)
+        fed = time.monotonic()  # the last heartbeat's answer: the deadman counts from before it
+        if not client.get_state().engaged:
+            raise DeadmanFault('the motor was off before the heartbeat stopped: run it again')
+        while True:
+            state = client.get_state()  # not a heartbeat
+            waited_ms = (time.monotonic() - fed) * 1e3
+            if not state.engaged:
+                break
+            if waited_ms > setting_ms + DEADMAN_LATE_MS:
+                raise DeadmanFault(
+                    f'the motor was still engaged {waited_ms:.0f} ms after the last heartbeat; '
+                    f'the firmware says its deadman is {setting_ms:.0f} ms: it does not act. '
+                    'Do not run a policy on this rig (this check has turned the motor off)'
+                )
+            time.sleep(DEADMAN_POLL_S)
+    finally:
+        try:
+            client.disengage_motor()
+        finally:
+            client.close()
+    if not state.status & Status.DEADMAN_TRIPPED:
+        raise DeadmanFault(
+            f'the motor went off {waited_ms:.0f} ms after the last heartbeat, but not by the '
+            'deadman (its status bit is clear): the emergency stop, or a reset; run it again'
+        )
+    print(
+        f'deadman: the motor went off {waited_ms:.0f} ms after the last heartbeat (the '
+        f"firmware's setting: {setting_ms:.0f} ms)",
+        flush=True,
+    )
+    return {'setting_ms': setting_ms, 'off_after_ms': waited_ms}
+
+
 def run_excitation(port: str, rate_hz: float, max_action_v: float, out: Path) -> dict[str, object]:
     """Run the excitation episode and save its transitions.
 
@@ -403,6 +476,12 @@ def main(argv: list[str] | None = None) -> int:
         'against the conventions (docs/serial_protocol.md)',
     )
     ap.add_argument(
+        '--deadman',
+        action='store_true',
+        help='then stop the heartbeat with the motor engaged at 0 V and check that the '
+        "firmware's deadman turns it off in time",
+    )
+    ap.add_argument(
         '--direction-v',
         type=float,
         default=DIRECTION_V,
@@ -433,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run_check(port, args.rate, args.seconds)
         if args.direction:
             result['direction'] = run_direction(port, args.rate, args.direction_v)
+        if args.deadman:
+            result['deadman'] = run_deadman(port, args.rate)
         if args.excitation:
             result['excitation'] = run_excitation(
                 port, args.rate, args.max_action_v, Path(args.excitation)

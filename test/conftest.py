@@ -300,7 +300,7 @@ def learner_process(tmp_path):
 
     procs = []
 
-    def _start(**params):
+    def _start(env=None, **params):
         name = f'rip_learner_{os.getpid()}_{next(_rig_counter)}'
         given = {
             **LEARNER_TEST_PARAMETERS,
@@ -311,7 +311,7 @@ def learner_process(tmp_path):
         spec = ProcessSpec('learner', 'learner_node', name, params=given)
         proc = subprocess.Popen(
             spec.command(),
-            env=child_env(),
+            env=child_env(env),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

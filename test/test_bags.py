@@ -339,6 +339,81 @@ def test_a_signal_closes_the_recorders_bag_and_exits_0(tmp_path, sig, ros_node):
     assert [t.step for t in got.transitions] == list(range(10))
 
 
+# Run in a process of its own (record() initialises rclpy itself): the stop is requested once
+# ten transitions are acknowledged by the recorder's reader, before its loop has taken any.
+_DRAIN_SCRIPT = """
+import os
+import sys
+import time
+
+import numpy as np
+import rclpy
+from rclpy.duration import Duration
+from std_msgs.msg import Float32MultiArray, MultiArrayDimension
+
+from rip_control.params import parse_options
+from rip_control.record import OPTIONS, record
+from rip_control.ros.qos import TRANSITIONS_QOS
+from rip_control.transitions import Transition, field_layout
+
+OBS, ACT = 6, 1
+
+
+class Stop:
+    requested = False
+
+
+stop = Stop()
+
+
+def log(line):
+    print(line, flush=True)
+    if not line.startswith('recording '):
+        return
+    # The recorder's subscription exists; its loop has not spun yet.
+    node = rclpy.create_node('drain_publisher')
+    pub = node.create_publisher(Float32MultiArray, sys.argv[2], TRANSITIONS_QOS)
+    deadline = time.monotonic() + 30
+    while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for i in range(10):  # as test_bags._transition makes them
+        obs, nxt = np.full(OBS, i / 1000, np.float32), np.full(OBS, (i + 1) / 1000, np.float32)
+        t = Transition(0, i, obs, np.array([0.1], np.float32), 1.0, nxt, False, False, 0.02, 1)
+        msg = Float32MultiArray(data=t.pack().tolist())
+        msg.layout.dim = [MultiArrayDimension(label=lbl, size=n)
+                          for lbl, n in field_layout(OBS, ACT)]
+        pub.publish(msg)
+    assert pub.wait_for_all_acked(Duration(seconds=10))
+    stop.requested = True  # as a signal's handler would
+
+
+opts = parse_options([f'out:={sys.argv[1]}', f'topic:={sys.argv[2]}'], OPTIONS)
+print('written', record(opts, stop, log=log, ros_teardown=False), flush=True)
+os._exit(0)  # as the recorder's command line ends: no rclpy teardown
+"""
+
+
+@pytest.mark.ros
+def test_after_a_stop_the_recorder_takes_what_its_subscription_received(tmp_path):
+    bag = tmp_path / 'drained'
+    topic = f'/drain_transitions_{os.getpid()}'
+    proc = subprocess.run(
+        [sys.executable, '-c', _DRAIN_SCRIPT, str(bag), topic],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The loop never ran (the stop came first); the drain took all ten.
+    assert 'publisher(s) matched' not in proc.stdout, proc.stdout
+    assert 'written 10' in proc.stdout and f'closed {bag}: 10 transitions' in proc.stdout
+    got = read_transitions(
+        [bag], rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE, dt_tolerance_s=0.005
+    )
+    assert [t.step for t in got.transitions] == list(range(10))
+
+
 def test_a_bag_import_holds_only_the_newest_transitions_a_buffer_would_keep(tmp_path):
     # Read message by message: memory is bounded by `keep` (the buffer's size), not the bags.
     w = BagWriter(tmp_path / 'long', 50.0, OBS_SIZE, ACTION_SIZE)

@@ -14,6 +14,9 @@ import subprocess
 import sys
 import time
 
+import pytest
+import rclpy
+
 from rip_control.procs import child_env
 
 
@@ -193,3 +196,145 @@ def test_the_recorder_stops_at_a_full_disk_and_names_what_its_bag_holds(tmp_path
     # write fails too, so the bag cannot be closed, and the message says so.
     assert f'{bag} could not be closed (File too large)' in err and 'cannot be read' in err, err
     assert 'Traceback' not in err, err
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs of the test's own (a real full disk; ``mount`` needs root)."""
+    import shutil
+
+    disk = tmp_path / 'disk'
+    disk.mkdir()
+    if os.geteuid() != 0 or shutil.which('mount') is None:
+        message = 'a tmpfs of the test own needs root (mount)'
+        if os.environ.get('CI') == 'true':
+            pytest.fail(message)
+        pytest.skip(message)
+    subprocess.run(
+        ['mount', '-t', 'tmpfs', '-o', 'size=64k,mode=0755', 'rip_small_disk', str(disk)],
+        check=True,
+    )
+    try:
+        yield disk
+    finally:
+        subprocess.run(['umount', '-l', str(disk)], check=False)
+
+
+def _fill(disk) -> None:
+    """Take every free block of ``disk``: the next write that needs one is refused (ENOSPC)."""
+    import errno
+
+    fd = os.open(disk / 'filler', os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b'\0' * 4096)  # unbuffered: the refusal comes here, not at close
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+
+
+def test_the_control_node_goes_on_when_its_disk_is_full_and_counts_what_it_lost(
+    control_rig, ros_node, small_disk
+):
+    """The disk under the run folder fills: the rows and the trace are lost, named, counted.
+
+    ``timing.csv`` continues an earlier run's (its rows fill its first 4 KiB block) and the
+    disk is full before the node configures: every new row needs a block and is refused; the
+    tick trace written at deactivate is refused too. The loop runs on at its rate, every
+    episode is counted and published, the motor goes off by the node's command, and the rows
+    already on disk stay as they were.
+    """
+    from dataclasses import asdict, fields
+    import io
+
+    from diagnostic_msgs.msg import DiagnosticArray
+    from std_msgs.msg import Float64MultiArray
+
+    from rip_control import run_files
+    from rip_control.telemetry import EpisodeTiming, TimingCsv
+
+    name = f'rip_control_full_{os.getpid()}'
+    run_dir = small_disk / name
+    path = run_dir / run_files.TIMING_CSV
+
+    def row(i: int, episode_return: float) -> EpisodeTiming:
+        return EpisodeTiming(
+            episode=i, n_ticks=50, mean_tick_dt_ms=20.0, std_tick_dt_ms=0.01,
+            max_overrun_ms=0.2, n_violations=0, learner_train_calls=0,
+            learner_total_train_s=0.0, episode_return=episode_return, balance_s=0.0,
+            policy_version=0, kind='training', verdict='none', live_version=0,
+        )  # fmt: skip
+
+    rows = TimingCsv(path)
+    i = 0
+    while path.stat().st_size < 4096 - 400:
+        rows.append(row(i, 10.25))
+        i += 1
+    rows.close()
+    # The last row fills the block to its end exactly (its return's digits padded with
+    # zeros): any new row needs a block of its own, and the disk has none.
+    probe = io.StringIO()
+    csv.DictWriter(probe, [f.name for f in fields(EpisodeTiming)]).writerow(asdict(row(i, 10.25)))
+    text = probe.getvalue().replace(
+        '10.25', '10.25' + '0' * (4096 - path.stat().st_size - len(probe.getvalue())), 1
+    )
+    with path.open('a', newline='') as f:
+        f.write(text)
+    assert path.stat().st_size == 4096
+    before = (run_dir / run_files.TIMING_CSV).read_bytes()
+    _fill(small_disk)
+    trace = small_disk / 'ticks.npz'
+    episodes, reports = [], []
+
+    def on_diagnostics(msg):
+        for s in msg.status:
+            values = {kv.key: kv.value for kv in s.values}
+            if s.name.startswith(name + ':') and 'files_unwritten' in values:
+                reports.append(values)
+
+    subs = [
+        ros_node.create_subscription(
+            Float64MultiArray, f'/{name}/episode', lambda m: episodes.append(m), 100
+        ),
+        ros_node.create_subscription(DiagnosticArray, '/diagnostics', on_diagnostics, 10),
+    ]
+
+    def spin_until(cond, timeout_s):
+        deadline = time.monotonic() + timeout_s
+        while not cond() and time.monotonic() < deadline:
+            rclpy.spin_once(ros_node, timeout_sec=0.1)
+        return cond()
+
+    try:
+        rig = control_rig(name=name, runs_dir=str(small_disk), tick_trace=str(trace))
+        assert rig.driver.change('configure') and rig.driver.change('activate'), rig.why()
+        assert spin_until(lambda: len(episodes) >= 3, 30), rig.why()
+        t0 = time.monotonic()
+        assert rig.driver.change('deactivate'), rig.why()
+        first = rig.wait_disengage_after(t0)
+        assert first is not None and first[1] == 'command', first  # the node's own command
+        # The rows of every episode and the trace: each lost, counted.
+        n = len(episodes)
+        assert spin_until(lambda: reports and int(reports[-1]['files_unwritten']) >= n + 1, 10), (
+            reports[-1:],
+            n,
+        )
+    finally:
+        for sub in subs:
+            ros_node.destroy_subscription(sub)
+    last = reports[-1]
+    assert 'No space left on device' in last['last_file_error'], last
+    assert int(last['violations']) == 0 and last['lifecycle_state'] == 'inactive', last
+    log = rig.log()
+    assert f'could not write {run_dir / run_files.TIMING_CSV} (No space left on device)' in log
+    assert 'the loop goes on' in log and 'Traceback' not in log, log[-3000:]
+    # Every episode counted and reported, in order; the rows on disk as they were.
+    numbers = [
+        int(dict(zip([d.label for d in m.layout.dim], m.data, strict=True))['episode'])
+        for m in episodes
+    ]
+    assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), numbers
+    assert (run_dir / run_files.TIMING_CSV).read_bytes() == before
+    # No trace, and no temporary file of it left on the disk.
+    assert sorted(p.name for p in small_disk.iterdir()) == sorted(['filler', name])

@@ -111,6 +111,30 @@ def test_a_missing_host_build_is_an_error_that_says_how_to_build_it(tmp_path):
 
 
 @pytest.mark.parametrize(
+    'fault',
+    [
+        ['--stuck-driver'],
+        ['--reversed', 'motor'],
+        ['--no-deadman'],
+        ['--reset'],
+        ['--faults-after-replies', '10'],
+        ['--faults-for-replies', '5'],
+    ],
+)
+def test_a_fault_only_the_python_emulator_has_is_refused_for_the_c_firmware(fault):
+    # Never silently ignored: a test asking the C firmware for it would test nothing.
+    out = subprocess.run(
+        [sys.executable, '-m', 'rip_control.rig.emulator', '--firmware', 'c', *fault],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=30,
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert fault[0] in out.stderr and 'Python emulator only' in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(
     ('args', 'message'),
     [
         (['--param', 'pendulum_mas_kg=0.1'], "unknown rig parameter 'pendulum_mas_kg'"),

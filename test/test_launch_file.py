@@ -173,14 +173,14 @@ def _timing_rows(path: Path, kind: str = 'training') -> int:
 
 @pytest.fixture(scope='module')
 def one_rig_run(install_prefix, tmp_path_factory):
-    """The README's launch, short: ``... rate:=50 episodes:=2 episode_seconds:=3``."""
+    """The README's launch, short: ``... rate:=50 episodes:=2 episode_seconds:=2``."""
     cwd = tmp_path_factory.mktemp('launch1')
     launch = Launch(
         install_prefix,
         cwd,
         # The README's command as it spells it, then shortened (a later value wins).
         README_LAUNCH.split()[4:]
-        + ['episodes:=2', 'episode_seconds:=3', f'emulator_link:={cwd / "rig"}'],
+        + ['episodes:=2', 'episode_seconds:=2', f'emulator_link:={cwd / "rig"}'],
     )
     code = launch.wait(180)
     return launch, code, cwd / 'runs' / 'first'
@@ -211,7 +211,7 @@ def test_the_emulator_is_ready_before_the_control_node_starts(one_rig_run):
 def test_activation_waits_for_the_learner_so_every_transition_reaches_the_buffer(one_rig_run):
     launch, _, run_dir = one_rig_run
     published, unmatched, received = _published(launch)
-    assert published >= 2 * 3 * 50 * 0.5  # two episodes of 3 s at 50 Hz arrived (some end early)
+    assert published >= 2 * 2 * 50 * 0.5  # two episodes of 2 s at 50 Hz arrived (some end early)
     assert unmatched == 0 and received == published
     assert _buffer_count(run_dir / 'replay_buffer.safetensors') == published
 
@@ -232,16 +232,20 @@ def test_the_motor_is_disengaged_by_the_node_before_the_emulator_powers_down(one
 
 
 def test_two_rigs_run_their_episodes_and_the_launch_ends_by_itself(install_prefix, tmp_path):
+    # The episodes and their length come from a params file, not typed: a params file's values
+    # stand when no argument is typed, and reach every rig's node.
+    import csv
+
+    import yaml
+
+    doc = yaml.safe_load((REPO / 'config' / 'finetune.yaml').read_text())
+    doc['rip_control']['ros__parameters'].update(episodes=1, episode_seconds=2.0)
+    params = tmp_path / 'my_rig.yaml'
+    params.write_text(yaml.safe_dump(doc))
     launch = Launch(
         install_prefix,
         tmp_path,
-        [
-            'rigs:=2',
-            'rate:=50',
-            'episodes:=1',
-            'episode_seconds:=3',
-            f'emulator_link:={tmp_path / "rig"}',
-        ],
+        ['rigs:=2', 'rate:=50', f'params_file:={params}', f'emulator_link:={tmp_path / "rig"}'],
     )
     code = launch.wait(180)
     assert code == 0, launch.text()
@@ -252,6 +256,11 @@ def test_two_rigs_run_their_episodes_and_the_launch_ends_by_itself(install_prefi
     for i in (0, 1):
         assert _timing_rows(run_dir / f'rig{i}' / 'timing.csv') == 1
         assert launch.index(rf'/rig{i}/rip_control active') >= 0
+        # 2 s at 50 Hz: 100 policy ticks, fewer only if the arm limit ended one early (6 s, the
+        # default, would give 300); the guard's evaluation is as long.
+        with (run_dir / f'rig{i}' / 'timing.csv').open(newline='') as f:
+            rows = list(csv.DictReader(f))
+        assert max(int(r['n_ticks']) for r in rows) == 100, rows
     for emulator in ('emulator0', 'emulator1'):
         events = launch.events(emulator)
         assert events[-2:] == ['disengaged command', 'powered down'], (emulator, events)
@@ -263,7 +272,7 @@ def test_ctrl_c_mid_run_disengages_first_saves_the_buffer_and_exits_0(install_pr
     launch = Launch(
         install_prefix,
         tmp_path,
-        ['rate:=50', 'episodes:=0', 'episode_seconds:=3', f'emulator_link:={tmp_path / "rig"}'],
+        ['rate:=50', 'episodes:=0', 'episode_seconds:=1', f'emulator_link:={tmp_path / "rig"}'],
     )
     launch.wait_for(r'\[rip_supervisor\]: /rip_control active', 120)
     # Mid-run, with transitions in the learner: a training episode has ended (not only the
@@ -317,32 +326,6 @@ def test_a_rig_fault_ends_the_launch_with_status_1_naming_it(install_prefix, tmp
     assert 'disengaged command' in launch.events(), launch.events()
     for pid in launch.pids():
         assert not _alive(pid), f'process {pid} outlived the launch'
-
-
-def test_a_params_files_episodes_and_length_stand_when_no_argument_is_typed(
-    install_prefix, tmp_path
-):
-    import csv
-
-    import yaml
-
-    doc = yaml.safe_load((REPO / 'config' / 'finetune.yaml').read_text())
-    doc['rip_control']['ros__parameters'].update(episodes=1, episode_seconds=2.0)
-    params = tmp_path / 'my_rig.yaml'
-    params.write_text(yaml.safe_dump(doc))
-    launch = Launch(
-        install_prefix,
-        tmp_path,
-        [f'params_file:={params}', 'run_name:=own', f'emulator_link:={tmp_path / "rig"}'],
-    )
-    code = launch.wait(180)
-    assert code == 0, launch.text()
-    with (tmp_path / 'runs' / 'own' / 'timing.csv').open(newline='') as f:
-        rows = list(csv.DictReader(f))
-    assert sum(r['kind'] == 'training' for r in rows) == 1, rows
-    # 2 s at 50 Hz: 100 policy ticks, fewer only if the arm limit ended one early (6 s, the
-    # default, would give 300); the guard's evaluation is as long.
-    assert max(int(r['n_ticks']) for r in rows) == 100, rows
 
 
 def test_an_operators_deactivate_ends_the_launch_as_a_stop_motor_off_buffer_saved(

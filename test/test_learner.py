@@ -62,6 +62,22 @@ def _zeros(n, fill=0.0):
     }
 
 
+def _one_save(run_dir):
+    """The buffer, the actor and the SAC networks in ``run_dir`` are one save: its id."""
+    from rip_control import run_files
+    from rip_control.policy import read_metadata
+
+    _, meta = buffer_store.load(
+        run_dir / run_files.BUFFER, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+    )
+    ids = {
+        name: read_metadata((run_dir / name).read_bytes()).get('generation', '')
+        for name in (run_files.POLICY_LATEST, run_files.CHECKPOINT)
+    }
+    assert meta.generation and set(ids.values()) == {meta.generation}, (meta.generation, ids)
+    return meta.generation
+
+
 def _wait(node, cond, timeout_s):
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
@@ -243,6 +259,9 @@ def test_a_signal_saves_the_buffer_and_exits_0_waiting_or_training(
     assert 'Traceback' not in out, out[-2000:]
     _, meta = buffer_store.load(path, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
     assert meta.count == 40 + sent
+    # The actor and the SAC networks too, in the same save (no periodic one: the fixture's
+    # checkpoint interval is an hour).
+    assert _one_save(run_dir) == meta.generation
 
 
 def test_learner_diagnostics_as_rqt_robot_monitor_sees_them(ros_node, learner_process):
@@ -321,3 +340,4 @@ def test_a_failed_training_thread_reports_error_saves_and_exits_1(
         int(kv.value) for kv in statuses[-1].values if kv.key == 'transitions_accepted'
     )
     assert meta.count >= accepted >= 32  # (more may have arrived between the fault and the stop)
+    assert _one_save(tmp_path / 'runs' / 'f') == meta.generation  # and the networks with it

@@ -48,14 +48,7 @@ def test_rig_check_direction_names_a_reversed_motor_or_encoder(start_emulator, r
     emu = start_emulator(
         '--events', '--params', f'config/{rig}.yaml', *(['--reversed', wired] if wired else [])
     )
-    proc = subprocess.run(  # the README's command, its 5 s read shortened
-        argv(README_DIRECTION.replace('/dev/ttyACM0', str(emu.link))) + ['--seconds', '0.2'],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-    )
-    out = proc.stdout + proc.stderr
+    proc, out = _as_documented(README_DIRECTION, emu)
     assert DIRECTION_FAULT_NAMED[wired] in out, out
     assert proc.returncode == (0 if wired is None else 1), out
     assert 'Traceback' not in out, out
@@ -75,6 +68,18 @@ def test_rig_check_direction_names_a_reversed_motor_or_encoder(start_emulator, r
     turned = [abs(float(m.split(' turned the arm ')[1].split()[0])) for m in moves]
     assert all(0.05 <= t < 1.5 for t in turned), moves
     assert_motor_left_off(emu)
+
+
+def _as_documented(command: str, emu) -> tuple[subprocess.CompletedProcess, str]:
+    """The docs' command against the emulator's pty, its 5 s read shortened."""
+    proc = subprocess.run(
+        argv(command.replace('/dev/ttyACM0', str(emu.link))) + ['--seconds', '0.2'],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+    )
+    return proc, proc.stdout + proc.stderr
 
 
 def assert_motor_left_off(emu) -> None:
@@ -123,3 +128,42 @@ def test_rig_check_refuses_a_direction_ramp_above_the_voltage_limit():
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert '--direction-v must be in (0, --max-action-v 4], got 9' in proc.stderr
+
+
+#: docs/hardware.md's deadman step of the bring-up ladder.
+README_DEADMAN = 'python -m rip_control.rig_check --port /dev/ttyACM0 --deadman'
+
+
+@pytest.mark.parametrize(
+    ('firmware', 'fault'),
+    [('python', None), ('c', None), ('python', '--no-deadman')],
+    indirect=['firmware'],
+)
+@pytest.mark.readme(README_DEADMAN)
+def test_rig_check_deadman_fails_when_the_firmwares_deadman_does_not_act(start_emulator, fault):
+    """The heartbeat stops with the motor engaged: the firmware's deadman must turn it off.
+
+    A firmware whose deadman works passes (the Python emulator and the C firmware's own
+    code, each with its 100 ms): the motor off by the deadman, within its setting and the
+    check's margin. One whose deadman never trips (``--no-deadman``) fails, exit 1, named,
+    and the check's own command turns the motor off.
+    """
+    from rip_control.rig_check import DEADMAN_LATE_MS
+
+    emu = start_emulator('--events', *([fault] if fault else []))
+    proc, out = _as_documented(README_DEADMAN, emu)
+    assert 'Traceback' not in out, out
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not emu.events()[-1][1].startswith('disengaged'):
+        time.sleep(0.05)  # polling the emulator's event lines, bounded
+    causes = [what for _, what in emu.events()]
+    if fault is None:
+        assert proc.returncode == 0, out
+        off_ms = float(out.split('deadman: the motor went off ')[1].split()[0])
+        # the 100 ms setting (counted from the heartbeat's answer: a little after it), in time
+        assert 80 <= off_ms <= 100 + DEADMAN_LATE_MS, out
+        assert causes[-2:] == ['engaged command', 'disengaged deadman'], causes
+    else:
+        assert proc.returncode == 1, out
+        assert 'DeadmanFault' in out and 'it does not act' in out, out
+        assert causes[-2:] == ['engaged command', 'disengaged command'], causes

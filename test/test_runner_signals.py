@@ -24,7 +24,7 @@ ANNOUNCED = "fine-tune 'sig"
 class Runner:
     started: list[Runner] = []  # killed at teardown if a test failed before they ended
 
-    def __init__(self, tmp_path: Path, *args: str) -> None:
+    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.lines: list[str] = []
         self.announced = threading.Event()
         self.first_episode = threading.Event()
@@ -38,7 +38,7 @@ class Runner:
                 f'emulator_link:={tmp_path / "rig"}',
                 *args,
             ],
-            env=child_env(),
+            env=child_env(env),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -101,8 +101,19 @@ def test_a_signal_right_after_the_announcement_ends_the_runner_cleanly_every_tim
 
 @pytest.mark.slow
 def test_a_second_ctrl_c_during_the_ordered_stop_does_not_abort_it(tmp_path):
-    runner = Runner(tmp_path, 'episodes:=0', 'episode_seconds:=2')
+    import json
+    import re
+
+    from rip_control import run_files
+    from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
+    from rip_learner import buffer_store
+
+    events = tmp_path / 'emulator_events'  # the emulator appends '<EVENT> <t> <what>' lines
+    runner = Runner(
+        tmp_path, 'episodes:=0', 'episode_seconds:=1', env={'RIP_EMULATOR_EVENTS': str(events)}
+    )
     assert runner.first_episode.wait(120), runner.text
+    t0 = time.monotonic()
     runner.proc.send_signal(signal.SIGINT)
     # Keep pressing Ctrl-C while it stops.
     for _ in range(5):
@@ -115,8 +126,30 @@ def test_a_second_ctrl_c_during_the_ordered_stop_does_not_abort_it(tmp_path):
     assert code == 130, runner.text
     assert 'Traceback' not in text, runner.text
     assert 'please wait' in text, runner.text  # the later presses were seen, and waited
-    assert (tmp_path / 'runs' / 'sig' / 'replay_buffer.safetensors').exists(), runner.text
     assert 'summary' in text, runner.text
+    # The stop ran whole and in its order: the motor off by the node's command, the learner
+    # stopped and saved (both exit 0), then the emulator powered down.
+    after = [
+        what
+        for _, at, what in (line.split(' ', 2) for line in events.read_text().splitlines())
+        if float(at) >= t0
+    ]
+    assert after == ['disengaged command', 'powered down'], after
+    run_dir = tmp_path / 'runs' / 'sig'
+    summary = json.loads((run_dir / run_files.SUMMARY).read_text())
+    assert summary['exit_codes'] == {'control': 0, 'learner': 0}, summary['exit_codes']
+    # What is kept is the stop's save (after the signal), not an earlier periodic one.
+    interrupted = next(i for i, line in enumerate(runner.lines) if 'interrupted' in line)
+    saves = [
+        (i, int(m.group(1)))
+        for i, line in enumerate(runner.lines)
+        if (m := re.search(r'checkpoint: (\d+) transitions', line))
+    ]
+    assert saves and saves[-1][0] > interrupted, runner.text
+    _, meta = buffer_store.load(
+        run_dir / run_files.BUFFER, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+    )
+    assert meta.count == saves[-1][1] > 0
     _no_process_left(tmp_path)
 
 

@@ -68,6 +68,14 @@ class FaultConfig:
     :param exit_after_s: exit abruptly (no clean-up, link left dangling) after this many
         seconds (0: never).
     :param start_after_s: faults are active only after this many seconds from start.
+    :param after_replies: ... and after this many replies (counted from then; 0: at once).
+    :param reset: the board resets (:meth:`Firmware.reset`) once, at the first reply of the
+        fault window (``start_after_s``, ``after_replies``).
+    :param for_replies: ... and for this many replies only (0: for good). With
+        ``after_replies``, a fault at a point of the host's loop, whatever its start took:
+        e.g. ``--stall-every 1 --stall-ms 40 --faults-after-replies 300
+        --faults-for-replies 5`` stalls five replies in a row about three seconds into a
+        50 Hz loop (a tick asks twice: GET_STATE, then SET_VOLTAGE).
     """
 
     drop_every: int = 0
@@ -78,12 +86,21 @@ class FaultConfig:
     freeze_after_s: float = 0.0
     exit_after_s: float = 0.0
     start_after_s: float = 0.0
+    after_replies: int = 0
+    for_replies: int = 0
+    reset: bool = False
 
     def __post_init__(self) -> None:
-        for name in ('drop_every', 'garbage_every', 'garbage_bytes', 'stall_every'):
+        names = ('drop_every', 'garbage_every', 'garbage_bytes', 'stall_every')
+        for name in (*names, 'after_replies', 'for_replies'):
             if getattr(self, name) < 0:
                 raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
-        for name in ('stall_ms', 'freeze_after_s', 'exit_after_s', 'start_after_s'):
+        for name in (
+            'stall_ms',
+            'freeze_after_s',
+            'exit_after_s',
+            'start_after_s',
+        ):
             if not math.isfinite(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f'{name} must be a finite number >= 0, got {getattr(self, name)}')
 
@@ -129,12 +146,16 @@ class Firmware:
         # Fault injection: DISENGAGE acknowledged, the driver left engaged (a stuck driver
         # stage); only the deadman (or a power-down) then stops the motor.
         self.stuck_driver = False
+        # Fault injection: a deadman that never trips (a firmware bug, a timer not running);
+        # what rig_check --deadman is there to find.
+        self.no_deadman = False
         # Fault injection: wiring reversed ('motor': the leads swapped, the arm turns against
         # the voltage; 'arm', 'pendulum': that encoder counts the other way).
         self.reversed: frozenset[str] = frozenset()
         # The firmware clock's reading at power-on, seconds (0 on a real board): a value just
         # below 2**32 us brings its 71.6-minute wrap to the start of a run (soak benchmark).
         self.clock_offset_s = 0.0
+        self._zero = (0, 0)  # encoder counts at the last reset: the encoders count from there
 
     def power_down(self) -> None:
         """The firmware stops (SIGINT/SIGTERM): the driver stage is off before the device goes.
@@ -169,11 +190,13 @@ class Firmware:
 
     def deadman_due_s(self) -> float:
         """When the deadman trips unless a heartbeat comes first (infinite while disengaged)."""
-        if not self.engaged:
+        if not self.engaged or self.no_deadman:
             return math.inf
         return self._last_heartbeat_s + self.deadman_timeout_ms / 1000.0
 
     def _check_deadman(self, now_s: float) -> None:
+        if self.no_deadman:
+            return
         if self.engaged and (now_s - self._last_heartbeat_s) * 1000.0 > self.deadman_timeout_ms:
             self._set_engaged(False, 'deadman')
             self.voltage_v = 0.0
@@ -215,6 +238,7 @@ class Firmware:
                 t_s, arm, pend = entry
         else:
             arm, pend = self.dynamics.encoder_counts()
+        arm, pend = arm - self._zero[0], pend - self._zero[1]
         if 'arm' in self.reversed:
             arm = -arm
         if 'pendulum' in self.reversed:
@@ -232,6 +256,19 @@ class Firmware:
         )
         self.last_error = ErrorCode.NONE  # reported once, then cleared
         return state
+
+    def reset(self) -> None:
+        """A reset of the board (a brown-out, the watchdog, the reset button) mid-run.
+
+        It powers up again: the driver off, its clock counting from zero, and its encoders
+        counting from wherever the shafts are now (the zero a host calibrated is lost).
+        """
+        self._set_engaged(False, 'reset')
+        self.voltage_v = 0.0
+        self.deadman_tripped = False
+        self.clock_offset_s -= self._sim_time_s + self.clock_offset_s  # reads 0 s now
+        self._zero = self.dynamics.encoder_counts()
+        self._history.clear()
 
     # -- commands --------------------------------------------------------------------------
 
@@ -315,7 +352,8 @@ class _Server:
         self.stop_grace_s = 0.0
         self._stop_seen_s: float | None = None
         self._off_since_s: float | None = None
-        self._n_faultable = 0
+        self._n_replies = 0  # replies since the faults' start time
+        self._reset_done = False  # --reset happens once
         self.n_dropped = 0  # replies left unanswered by --drop-every
         self._pending: list[tuple[float, bytes]] = []  # (send_at, bytes), stalled replies
         self._rng = random.Random(1234)
@@ -388,8 +426,13 @@ class _Server:
         faults = self.faults
         delay_s = 0.0
         if faults_active:
-            self._n_faultable += 1
-            n = self._n_faultable
+            self._n_replies += 1
+            n = self._n_replies - faults.after_replies
+            faults_active = n > 0 and (not faults.for_replies or n <= faults.for_replies)
+        if faults_active and faults.reset and not self._reset_done:
+            self.firmware.reset()  # the next request meets a board that has just powered up
+            self._reset_done = True
+        if faults_active:
             if faults.drop_every and n % faults.drop_every == 0:
                 self.n_dropped += 1
                 return
@@ -541,6 +584,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
         'the deadman stops the motor',
     )
     fault.add_argument(
+        '--no-deadman',
+        action='store_true',
+        help='a deadman that never trips (a firmware bug): only a command stops the motor',
+    )
+    fault.add_argument(
         '--reversed',
         action='append',
         default=[],
@@ -557,7 +605,22 @@ def build_arg_parser() -> argparse.ArgumentParser:
         '--exit-after', type=float, default=0.0, help='exit abruptly after S seconds'
     )
     fault.add_argument(
+        '--reset',
+        action='store_true',
+        help='reset the board once, at the first reply of the fault window (--faults-after, '
+        '--faults-after-replies): driver off, clock from 0, encoders zeroed where the shafts are',
+    )
+    fault.add_argument(
         '--faults-after', type=float, default=0.0, help='faults start after S seconds'
+    )
+    fault.add_argument(
+        '--faults-after-replies',
+        type=int,
+        default=0,
+        help='... and after N replies (counted from --faults-after)',
+    )
+    fault.add_argument(
+        '--faults-for-replies', type=int, default=0, help='... for N replies only (0: for good)'
     )
     return ap
 
@@ -579,6 +642,9 @@ def main(argv: list[str] | None = None) -> int:
             freeze_after_s=args.freeze_after,
             exit_after_s=args.exit_after,
             start_after_s=args.faults_after,
+            after_replies=args.faults_after_replies,
+            for_replies=args.faults_for_replies,
+            reset=args.reset,
         )
         if not DEADMAN_RANGE_MS[0] <= args.deadman_ms <= DEADMAN_RANGE_MS[1]:
             raise ValueError(f'--deadman-ms must be in {DEADMAN_RANGE_MS}, got {args.deadman_ms}')
@@ -586,6 +652,15 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError('--stuck-driver is a fault of the Python emulator only')
         if args.reversed and args.firmware == 'c':
             raise ValueError('--reversed is a fault of the Python emulator only')
+        if args.no_deadman and args.firmware == 'c':
+            raise ValueError('--no-deadman is a fault of the Python emulator only')
+        if args.reset and args.firmware == 'c':
+            raise ValueError('--reset is a fault of the Python emulator only')
+        if (args.faults_after_replies or args.faults_for_replies) and args.firmware == 'c':
+            raise ValueError(
+                '--faults-after-replies and --faults-for-replies are faults of the Python '
+                'emulator only'
+            )
         if not 0.0 <= args.clock_offset_s < 2**32 / 1e6:
             raise ValueError(
                 f'--clock-offset-s must be in [0, 4294.967), got {args.clock_offset_s}'
@@ -616,6 +691,7 @@ def main(argv: list[str] | None = None) -> int:
         params, deadman_timeout_ms=args.deadman_ms, start_time_s=start, seed=args.seed
     )
     firmware.stuck_driver = args.stuck_driver
+    firmware.no_deadman = args.no_deadman
     firmware.reversed = frozenset(args.reversed)
     firmware.clock_offset_s = args.clock_offset_s
     server = _Server(firmware, faults, master, stop)

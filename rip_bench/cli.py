@@ -176,7 +176,7 @@ def machine() -> dict[str, Any]:
     try:
         import torch
 
-        torch_info = {
+        torch_info: dict[str, str | None] = {
             'version': torch.__version__,
             'device': 'cuda' if torch.cuda.is_available() else 'cpu',
         }

@@ -329,17 +329,17 @@ def run(a: argparse.Namespace) -> int:
     root = Path(a.root)
     for (name, block), body in BLOCKS.items():
         path = root / name
-        current = outputs.get(path, path.read_text())
-        outputs[path] = with_block(current, block, body(), str(path))
+        text = outputs.get(path, path.read_text())
+        outputs[path] = with_block(text, block, body(), str(path))
     for path, text in outputs.items():
-        current = path.read_text() if path.exists() else None
-        if current == text:
+        on_disk = path.read_text() if path.exists() else None
+        if on_disk == text:
             continue
         if a.check:
             stale.append(str(path))
         else:
             atomic_write_bytes(path, text.encode())
             print(f'wrote {path}')
-    for path in stale:
-        print(f'{path} is not what the code gives: run python -m rip_bench docs')
+    for name in stale:
+        print(f'{name} is not what the code gives: run python -m rip_bench docs')
     return 1 if stale else 0

@@ -204,6 +204,25 @@ def slopes(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, dict[str
     return out
 
 
+def buffer_full_s(doc: dict[str, Any], capacity: int) -> float | None:
+    """About when the learner's buffer (of ``capacity``) filled, seconds into the run.
+
+    Transitions arrive at a steady rate (every rig's episodes and resets alike), so the time is
+    the run's mean arrival rate's; ``None`` when nothing was evicted.
+    """
+    if not doc['buffer_evicted'] or not doc['transitions_received']:
+        return None
+    return float(doc['wall_seconds']) * capacity / int(doc['transitions_received'])
+
+
+def learner_slope_when_full(doc: dict[str, Any], capacity: int) -> float | None:
+    """The learner's memory slope (MiB/h) from the buffer's filling on, as :func:`slopes`."""
+    full = buffer_full_s(doc, capacity)
+    if full is None:
+        return None
+    return slopes(doc['samples'], full).get('learner_node', {}).get('rss_slope_mib_per_h')
+
+
 def _episodes(run_dir: Path) -> list[dict[str, Any]]:
     """Each episode's violations and kind from ``timing.csv`` (per rig when there are several)."""
     rows: list[dict[str, Any]] = []
@@ -226,6 +245,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     """The soak: the JSON record (and the plot)."""
     from rip_control import finetune
     from rip_control.params import parse_args
+    from rip_control.rig.emulator import WRAP_EVENT
     from rip_control.rig.emulator_process import EmulatorProcess
 
     if not 0 < a.wrap_after_s < min(WRAP_S, a.minutes * 60.0):
@@ -234,7 +254,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             f'cross the wrap), got {a.wrap_after_s}'
         )
     workdir = Path(tempfile.mkdtemp(prefix='rip_soak_'))
-    emu_args = ['--clock-offset-s', repr(WRAP_S - a.wrap_after_s)]
+    emu_args = ['--clock-offset-s', repr(WRAP_S - a.wrap_after_s), '--events']
     if a.rig_params:
         emu_args += ['--params', a.rig_params]
     emulators = [EmulatorProcess(workdir / f'rig{i}', emu_args).start() for i in range(a.rigs)]
@@ -279,6 +299,10 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         'transitions_published': published,
         'transitions_received': int(learner.get('transitions_received', 0)),
         'buffer_evicted': int(learner.get('buffer_evicted', 0)),
+        # Per rig: the emulator saw the control node read its clock on both sides of the wrap.
+        'clock_wraps_read': [
+            sum(what == WRAP_EVENT for _, what in emu.events()) for emu in emulators
+        ],
         'violation_restarts': sum(int(r.get('violation_restarts', 0)) for r in rigs),
         'serial_errors': sum(int(r.get('serial_errors', 0)) for r in rigs),
         'failure': summary.get('failure'),
@@ -291,7 +315,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         )
     print(
         f'transitions published {published}, received {doc["transitions_received"]}; buffer '
-        f'evicted {doc["buffer_evicted"]}; episodes {len(doc["episodes"])}, violations '
+        f'evicted {doc["buffer_evicted"]}; clock wraps read per rig {doc["clock_wraps_read"]}; '
+        f'episodes {len(doc["episodes"])}, violations '
         f'{sum(e["violations"] for e in doc["episodes"])}'
     )
     plots = Path(a.plots) if a.plots else (Path(a.json).parent if a.json else workdir)

@@ -37,6 +37,31 @@ def test_firmware_timestamp_wrap_is_unwrapped():
     )
 
 
+def test_the_emulator_says_when_the_host_read_its_clock_across_the_wrap():
+    from rip_control.rig.emulator import READ_ACROSS_S, WRAP_EVENT, Firmware
+
+    events: list[str] = []
+    fw = Firmware(PendulumParams())
+    fw.on_event = events.append
+    fw.clock_offset_s = 2**32 / 1e6 - 0.05  # wraps 50 ms in
+    fw.advance_to(0.04)
+    before = fw.sample().timestamp_us
+    fw.advance_to(0.06)
+    assert fw.sample().timestamp_us < before and events == [WRAP_EVENT]
+    # A clock that went back between readings further apart than READ_ACROSS_S: nobody read
+    # across it. A reset's clock (back to 0) is no wrap either.
+    later = 0.06 + READ_ACROSS_S + 0.01
+    fw.clock_offset_s = 0.005 - later  # reads 5 ms then: below the 10 ms read before
+    fw.advance_to(later)
+    assert fw.sample().timestamp_us < before
+    fw.advance_to(later + 0.02)
+    fw.sample()
+    fw.reset()
+    fw.advance_to(later + 0.04)
+    fw.sample()
+    assert events.count(WRAP_EVENT) == 1, events
+
+
 @pytest.mark.parametrize(
     ('reading_us', 'host_gap_s'),
     [

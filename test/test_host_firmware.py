@@ -119,6 +119,7 @@ def test_a_missing_host_build_is_an_error_that_says_how_to_build_it(tmp_path):
         ['--reset'],
         ['--faults-after-replies', '10'],
         ['--faults-for-replies', '5'],
+        ['--clock-offset-s', '1'],
     ],
 )
 def test_a_fault_only_the_python_emulator_has_is_refused_for_the_c_firmware(fault):

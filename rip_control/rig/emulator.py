@@ -48,6 +48,10 @@ from rip_control.signals import StopSignals
 FIRMWARE_BUILD = 1
 DEADMAN_RANGE_MS = (10, 2000)
 EVENTS_FILE_ENV = 'RIP_EMULATOR_EVENTS'
+#: Two readings at most this far apart (rig time) on either side of the clock's wrap: the
+#: host read across it (:data:`WRAP_EVENT`).
+READ_ACROSS_S = 1.0
+WRAP_EVENT = 'clock wrapped between two readings'
 
 # Longest sleep of the serving loop (bounds one catch-up of the physics), and how far past
 # the deadman's due time the loop wakes to apply it.
@@ -155,6 +159,7 @@ class Firmware:
         # The firmware clock's reading at power-on, seconds (0 on a real board): a value just
         # below 2**32 us brings its 71.6-minute wrap to the start of a run (soak benchmark).
         self.clock_offset_s = 0.0
+        self._last_reading: tuple[float, int] | None = None  # (time, timestamp) last sampled
         self._zero = (0, 0)  # encoder counts at the last reset: the encoders count from there
 
     def power_down(self) -> None:
@@ -246,10 +251,18 @@ class Firmware:
         if self.params.encoder_noise_counts > 0.0:
             arm += round(self._rng.gauss(0.0, self.params.encoder_noise_counts))
             pend += round(self._rng.gauss(0.0, self.params.encoder_noise_counts))
+        timestamp_us = round((t_s + self.clock_offset_s) * 1e6) & 0xFFFFFFFF
+        last = self._last_reading
+        if last is not None and timestamp_us < last[1] and t_s - last[0] < READ_ACROSS_S:
+            # The host read the clock just before its wrap and again just after: what a
+            # soak shows it rides (a reset clears the last reading: not a wrap).
+            if self.on_event is not None:
+                self.on_event(WRAP_EVENT)
+        self._last_reading = (t_s, timestamp_us)
         state = RigState(
             arm_counts=arm,
             pendulum_counts=pend,
-            timestamp_us=round((t_s + self.clock_offset_s) * 1e6) & 0xFFFFFFFF,
+            timestamp_us=timestamp_us,
             status=self.status,
             last_error=self.last_error,
             applied_voltage_mv=round(self.voltage_v * 1000.0) if self.engaged else 0,
@@ -269,6 +282,7 @@ class Firmware:
         self.clock_offset_s -= self._sim_time_s + self.clock_offset_s  # reads 0 s now
         self._zero = self.dynamics.encoder_counts()
         self._history.clear()
+        self._last_reading = None
 
     # -- commands --------------------------------------------------------------------------
 
@@ -560,8 +574,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         '--events',
         action='store_true',
-        help='print "EVENT <monotonic s> engaged|disengaged <cause>" lines, and "powered down" '
-        'last (for tests)',
+        help='print "EVENT <monotonic s> engaged|disengaged <cause>" lines, "clock wrapped '
+        'between two readings" when the host read the clock on both sides of its wrap, and '
+        '"powered down" last (for tests and the soak benchmark)',
     )
     ap.add_argument(
         '--events-file',

@@ -61,11 +61,12 @@ def action_history_of(size: int) -> int:
 VELOCITY_SCALE = 0.1
 VELOCITY_OBS_BOUND = 10.0  # the observation space's bound on a scaled velocity (100 rad/s)
 QUIET_FILTER = 0.2  # EMA weight of the reset's stillness velocities (per reset tick)
-# When the reset calls the rig quiet (held 0.5 s): the arm centred and still, the pendulum's
+# When the reset calls the rig quiet (held QUIET_S): the arm centred and still, the pendulum's
 # residual swing small. A rig with a wide dead zone or strong stiction cannot calm a small
 # swing through the arm (every correction is inside its dead zone), and its pendulum's own
 # damping takes tens of seconds: a swing of 0.1 rad is what an episode from hanging starts
 # with unharmed.
+QUIET_S = 0.5
 QUIET_ARM_RAD, QUIET_ARM_RAD_S = 0.05, 0.3
 QUIET_PENDULUM_RAD, QUIET_PENDULUM_RAD_S = 0.1, 1.0
 
@@ -419,7 +420,7 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
     def reset_step(self) -> tuple[bool, bool]:
         """One tick of the reset controller; return ``(done, settled)``.
 
-        Done when the rig has been quiet for 0.5 s (settled) or ``reset_timeout_s`` ran out.
+        Done when the rig has been quiet for ``QUIET_S`` (settled) or ``reset_timeout_s`` ran out.
         """
         c = self.config
         prev = self._reset_prev
@@ -445,7 +446,7 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
         if quiet:
             if self._still_since is None:
                 self._still_since = now
-            if now - self._still_since >= 0.5:
+            if now - self._still_since >= QUIET_S:
                 self.client.set_voltage(0.0)
                 return True, True
         else:
@@ -533,10 +534,11 @@ class _TimestampUnwrapper:
 
     A wrap (every 71.6 minutes) is told from a reset by the host's own clock: between two
     readings the rig's time must advance as the host's did, within :attr:`TOLERANCE_S` (and
-    0.1 % of the gap), modulo 2**32 us. Anything else raises :class:`RigClockJump`.
+    :attr:`DRIFT` of the gap), modulo 2**32 us. Anything else raises :class:`RigClockJump`.
     """
 
     TOLERANCE_S = 0.5  # serial timeouts, a paused host: far below any reset's jump
+    DRIFT = 1e-3  # the two clocks' rates may differ by this share of the gap (crystals)
 
     def __init__(self) -> None:
         self._last: int | None = None  # unwrapped, us
@@ -552,7 +554,7 @@ class _TimestampUnwrapper:
             wraps = round((expected - timestamp_us) / (1 << 32))
             unwrapped = timestamp_us + wraps * (1 << 32)
             off_s = (unwrapped - expected) * 1e-6
-            if abs(off_s) > self.TOLERANCE_S + 1e-3 * gap_s or unwrapped < self._last:
+            if abs(off_s) > self.TOLERANCE_S + self.DRIFT * gap_s or unwrapped < self._last:
                 raise RigClockJump(
                     f"the rig's clock read {timestamp_us * 1e-6:.6f} s, {off_s:+.3f} s from "
                     f'the {gap_s:.3f} s the host counted since the last reading: a firmware '

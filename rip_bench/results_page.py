@@ -739,7 +739,11 @@ MOONSHOT_RESULT = Result(
 
 V5_SEEDS = (
     *(f'v5_{rig}_seed{s}.json' for rig in ('nominal', 'worn') for s in (0, 1, 2)),
-    *(f'v5_mild_seed{s}.json' for s in range(6)),
+    # every mild seed recorded (its question is still open: more seeds come)
+    *sorted(
+        (p.name for p in RESULTS.glob('v5_mild_seed*.json')),
+        key=lambda name: int(name.removeprefix('v5_mild_seed').removesuffix('.json')),
+    ),
 )
 V5_HEAVY = tuple(f'v5_heavy_seed{s}.json' for s in (0, 1, 2))
 ARMS = {'sim_only': 'simulation only', 'async_finetuned': 'async', 'sync_finetuned': 'sync'}
@@ -2404,20 +2408,23 @@ def _soak_run(d: dict[str, Any]) -> str:
         f'{len(episodes)} episodes, {violations} timing violations, {d["violation_restarts"]} '
         f're-activations, {d["serial_errors"]} serial errors'
         + (
-            "; the control node read every rig's firmware clock across its wrap and the run "
-            'went on. '
+            (
+                "; the control node read every rig's firmware clock across its wrap (the "
+                'emulators saw it) and the run went on. '
+                if 'clock_wraps_read' in d
+                else '; the firmware clock wrapped mid-run and the run went on. '
+            )
             if crossed
             else '. '
         )
         + f'{d["transitions_published"]} transitions published, {d["transitions_received"]} '
         'received by the learner; '
         + (
-            f'its buffer (of {capacity}) filled about '
-            f'{soak.buffer_full_s(d, capacity) / 60:.0f} minutes in (at the mean rate '
-            f'transitions arrived) and then replaced {d["buffer_evicted"]} of its oldest; the '
-            "learner's memory slope from then on, "
-            f'{soak.learner_slope_when_full(d, capacity):+.1f} MiB per hour. '
-            if soak.buffer_full_s(d, capacity) is not None
+            f'its buffer (of {capacity}) filled about {full / 60:.0f} minutes in (at the mean '
+            f'rate transitions arrived) and then replaced {d["buffer_evicted"]} of its oldest; '
+            "the learner's memory slope from then on, "
+            f'{soak.learner_slope_when_full(d, capacity) or 0.0:+.1f} MiB per hour. '
+            if (full := soak.buffer_full_s(d, capacity)) is not None
             else f'its buffer (of {capacity}) never filled: the eviction point was not reached. '
         )
         + f'Memory after the warm-up: slopes {slopes} MiB per hour; growth from the first '
@@ -2425,7 +2432,9 @@ def _soak_run(d: dict[str, Any]) -> str:
         + (
             f' (the learner stores every transition: {1024**2 * learner / stored:.0f} B of its '
             'growth per transition stored meanwhile)'
-            if (learner := _learner_growth_mib(d)) and (stored := _stored_after_warmup(d))
+            if not d['buffer_evicted']
+            and (learner := _learner_growth_mib(d))
+            and (stored := _stored_after_warmup(d))
             else ''
         )
         + '. Open files after the warm-up: '
@@ -2437,11 +2446,48 @@ def _soak_run(d: dict[str, Any]) -> str:
     )
 
 
+def _soak_learning(d: dict[str, Any]) -> str:
+    """What the guard made of the learner's candidates, per rig ('' for an older record)."""
+    if not d['episodes'] or 'verdict' not in d['episodes'][0]:
+        return ''
+    parts = []
+    for rig in sorted({e['rig'] for e in d['episodes']}):
+        judged = [
+            e
+            for e in d['episodes']
+            if e['rig'] == rig and e['kind'] == 'evaluation' and e['verdict'] != 'baseline'
+        ]
+        if not judged:
+            continue
+        promoted = [i for i, e in enumerate(judged) if e['verdict'] == 'promoted']
+        tail = judged[promoted[-1] + 1 :] if promoted else judged
+        text = (
+            f'{rig}: {len(promoted)} of {len(judged)} candidates promoted, '
+            f'{len(judged) - len(promoted)} rejected'
+        )
+        if len(tail) >= 10:
+            live = tail[-1]['live_version']
+            text += (
+                f'; the last promotion was at candidate {promoted[-1] + 1 if promoted else 0}, '
+                f'and the {len(tail)} after it were all rejected (returns from '
+                f'{min(e["return"] for e in tail):.1f} to {max(e["return"] for e in tail):.1f}, '
+                f'median {float(np.median([e["return"] for e in tail])):.1f}; longest balance '
+                f'{max(e["balance_s"] for e in tail):.2f} s), the rig running v{live} to the end'
+            )
+        parts.append(text)
+    return (
+        f'**What the learner made of the {d["rigs"]}-rig run** (the guard on, as shipped): '
+        + '; '.join(parts)
+        + '.'
+    )
+
+
 def _soak_conclusion(r: Records) -> str:
     d = r[SOAK[0]]
     trace_mib_h = 24 * float(d['args']['rate']) * 3600 / 2**20  # a traced tick: 3 doubles
     return _bullets(
         *(_soak_run(r[n]) for n in SOAK),
+        *(text for n in SOAK if (text := _soak_learning(r[n]))),
         "The control node's tick trace fills a fixed ring as the run goes "
         f'({trace_mib_h:.1f} MiB an hour at this rate, up to its end): growth of that size is '
         'its pages being touched, not a leak.',

@@ -224,9 +224,11 @@ def learner_slope_when_full(doc: dict[str, Any], capacity: int) -> float | None:
 
 
 def _episodes(run_dir: Path) -> list[dict[str, Any]]:
-    """Each episode's violations and kind from ``timing.csv`` (per rig when there are several)."""
+    """Each episode's violations, kind, return and verdict from ``timing.csv`` (per rig)."""
     rows: list[dict[str, Any]] = []
-    for path in sorted(run_dir.rglob(run_files.TIMING_CSV)):
+    # Several rigs: each rig's own file (the run's own, written at the end, merges them).
+    paths = sorted(run_dir.glob(f'*/{run_files.TIMING_CSV}')) or [run_dir / run_files.TIMING_CSV]
+    for path in paths:
         with path.open(newline='') as f:
             for r in csv.DictReader(f):
                 rows.append(
@@ -236,6 +238,12 @@ def _episodes(run_dir: Path) -> list[dict[str, Any]]:
                         'kind': r.get('kind', ''),
                         'violations': int(r['n_violations']),
                         'max_overrun_ms': float(r['max_overrun_ms']),
+                        # what the learner made of the hours: each evaluation's candidate
+                        'return': float(r['episode_return']),
+                        'balance_s': float(r['balance_s']),
+                        'policy_version': int(r['policy_version']),
+                        'verdict': r.get('verdict', ''),
+                        'live_version': int(r.get('live_version') or 0),
                     }
                 )
     return rows

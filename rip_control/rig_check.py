@@ -341,8 +341,10 @@ def run_deadman(port: str, rate_hz: float) -> dict[str, object]:
         if not client.get_state().engaged:
             raise DeadmanFault('the motor was off before the heartbeat stopped: run it again')
         while True:
-            state = client.get_state()  # not a heartbeat
+            # The time first, then the state: a pause of this process between the two (a
+            # busy host) makes the reading later, never the motor look on for longer.
             waited_ms = (time.monotonic() - fed) * 1e3
+            state = client.get_state()  # not a heartbeat
             if not state.engaged:
                 break
             if waited_ms > setting_ms + DEADMAN_LATE_MS:

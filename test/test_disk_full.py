@@ -314,12 +314,16 @@ def test_the_control_node_goes_on_when_its_disk_is_full_and_counts_what_it_lost(
         assert rig.driver.change('deactivate'), rig.why()
         first = rig.wait_disengage_after(t0)
         assert first is not None and first[1] == 'command', first  # the node's own command
-        # The rows of every episode and the trace: each lost, counted.
-        n = len(episodes)
-        assert spin_until(lambda: reports and int(reports[-1]['files_unwritten']) >= n + 1, 10), (
-            reports[-1:],
-            n,
-        )
+        # The row of every episode and then the trace (written last, at deactivate): each
+        # lost and counted, the counter settled on exactly that many, the trace named last.
+        assert spin_until(
+            lambda: (
+                reports
+                and int(reports[-1]['files_unwritten']) == len(episodes) + 1
+                and reports[-1]['last_file_error'].startswith(f'{trace}:')
+            ),
+            10,
+        ), (reports[-1:], len(episodes))
     finally:
         for sub in subs:
             ros_node.destroy_subscription(sub)

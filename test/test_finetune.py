@@ -332,6 +332,22 @@ def test_learner_killed_mid_run_control_keeps_rate_on_the_last_policy_and_a_rest
     run_dir = tmp_path / 'runs' / 'learner'
     ckpt = run_dir / 'replay_buffer.safetensors'
     assert _spin_until(ros_node, ckpt.exists, 20)
+    # The kill comes once the node runs a version newer than the checkpoint's: the restarted
+    # learner's first versions are then older than the running one, to be refused. Stopped
+    # (SIGSTOP), the learner writes and publishes nothing while the two are compared.
+    for _ in range(20):
+        proc.send_signal(signal.SIGSTOP)
+        ckpt_version = buffer_store.load(
+            ckpt, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
+        )[1].policy_version
+        reported = len(diag.values)
+        assert _spin_until(ros_node, lambda n=reported: len(diag.values) > n + 1, 5)
+        if int(diag.values[-1]['policy_version']) > ckpt_version:
+            break
+        proc.send_signal(signal.SIGCONT)
+        _spin_until(ros_node, lambda: False, 0.7)  # a few more versions (it publishes /0.3 s)
+    else:
+        raise AssertionError(f'the node never ran past the checkpoint (v{ckpt_version})')
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     t_kill = time.monotonic()
@@ -409,10 +425,10 @@ def test_learner_killed_mid_run_control_keeps_rate_on_the_last_policy_and_a_rest
     # (the checkpoint is a second old at most, so its first versions are the older ones).
     after = diag.values[restarted_at:]
     assert all(int(d['policy_version']) >= last_version for d in after), after
-    if first.version <= last_version:
-        assert int(diag.values[-1]['weights_rejected']) > rejected_before, diag.values[-1]
-        reasons = {d['last_weights_rejection'] for d in after}
-        assert any(f'is not newer than the running {last_version}' in r for r in reasons), reasons
+    assert first.version <= last_version, (first.version, last_version)  # (the kill's rule)
+    assert int(diag.values[-1]['weights_rejected']) > rejected_before, diag.values[-1]
+    reasons = {d['last_weights_rejection'] for d in after}
+    assert any(f'is not newer than the running {last_version}' in r for r in reasons), reasons
     t0 = time.monotonic()
     assert rig.driver.change('deactivate')
     assert rig.wait_disengaged_after(t0) is not None

@@ -799,6 +799,13 @@ def _v5_setup(r: Records) -> str:
     )
 
 
+def _sign_flip_p(d: np.ndarray) -> float:
+    """Two-sided p of a paired difference's mean: every sign flip of the pairs, exactly."""
+    signs = 1 - 2 * ((np.arange(2 ** len(d))[:, None] >> np.arange(len(d))) & 1)
+    means = (signs * d).mean(axis=1)
+    return float(np.mean(np.abs(means) >= abs(d.mean()) - 1e-12))
+
+
 def _v5_conclusion(r: Records) -> str:
     by_rig = _v5_by_rig(r, V5_SEEDS)
     means = {
@@ -854,11 +861,18 @@ def _v5_conclusion(r: Records) -> str:
             arm: _mean([_v5_swing_up(d, arm) for d in runs])
             for arm in ('sim_only', 'async_finetuned', 'sync_finetuned')
         }
+        p_value = _sign_flip_p(d)
         parts.append(
             f'Paired by seed, asynchronous minus synchronous on the {rig} rig is '
             f'{d.mean():+.2f} s (standard deviation {d.std(ddof=1):.2f} s, t = {t_stat:.2f} with '
-            f'{len(d) - 1} degrees of freedom): not told apart from no difference at these '
-            'seeds, and not shown to be none. Every deployment episode swings up and then '
+            f'{len(d) - 1} degrees of freedom; an exact sign-flip test over the {len(d)} pairs '
+            f'gives p = {p_value:.3f}): '
+            + (
+                'a difference at the 5 % level, so the criterion is not met on this rig. '
+                if p_value < 0.05
+                else 'not told apart from no difference at these seeds, and not shown to be none. '
+            )
+            + 'Every deployment episode swings up and then '
             'balances to its end, so the longest balance is the episode less its swing-up: the '
             'arms differ in how fast they swing up (mean time to balance '
             f'{ups["async_finetuned"]:.2f} s asynchronous, '
@@ -913,6 +927,7 @@ V5_RESULT = Result(
     replicate=(
         'RIGS="nominal worn mild" bash bench/run_v5.sh',
         'RIGS=mild SEEDS="3 4 5" bash bench/run_v5.sh',
+        'RIGS=mild SEEDS="6 7 8 9 10 11" bash bench/run_v5.sh',
     ),
 )
 
@@ -2475,11 +2490,7 @@ def _soak_learning(d: dict[str, Any]) -> str:
                 f'{max(e["balance_s"] for e in tail):.2f} s), the rig running v{live} to the end'
             )
         parts.append(text)
-    return (
-        f'**What the learner made of the {d["rigs"]}-rig run** (the guard on, as shipped): '
-        + '; '.join(parts)
-        + '.'
-    )
+    return f'{_soak_label(d)}, per rig: ' + '; '.join(parts) + '.'
 
 
 def _soak_conclusion(r: Records) -> str:
@@ -2487,7 +2498,6 @@ def _soak_conclusion(r: Records) -> str:
     trace_mib_h = 24 * float(d['args']['rate']) * 3600 / 2**20  # a traced tick: 3 doubles
     return _bullets(
         *(_soak_run(r[n]) for n in SOAK),
-        *(text for n in SOAK if (text := _soak_learning(r[n]))),
         "The control node's tick trace fills a fixed ring as the run goes "
         f'({trace_mib_h:.1f} MiB an hour at this rate, up to its end): growth of that size is '
         'its pages being touched, not a leak.',
@@ -2512,6 +2522,70 @@ SOAK_RESULT = Result(
         f'python -m rip_bench soak --minutes 120 --rigs {_soak_rigs(name)} '
         f'--json bench/results/{name}'
         for name in SOAK
+    ),
+)
+
+
+#: Soaks that ask what the learner makes of an hour: the two-hour two-rig record, then the
+#: runs after it on two rigs (``soak_2rig_<label>.json``).
+SOAK_LEARNING = ('soak_2rig.json', *sorted(p.name for p in RESULTS.glob('soak_2rig_*.json')))
+
+
+def _soak_label(d: dict[str, Any]) -> str:
+    """``commit`` and the runner arguments given beyond the soak's own."""
+    return f'`{d["commit"]}`' + (f' ({", ".join(d["set"])})' if d.get('set') else '')
+
+
+def _soak_learning_setup(r: Records) -> str:
+    runs = [r[n] for n in SOAK_LEARNING]
+    return (
+        'The soaks of two emulated rigs (nominal physics, the guard on unless the arguments say '
+        'otherwise), read for what the learner made of them: every '
+        f"{soak.BIN_MIN:g} minutes of each run, the training episodes' mean balance, how many "
+        "of the learner's candidates the guard promoted of those it judged, and the candidates' "
+        'median evaluation return (the arm run to its limit at once returns about -10, the '
+        'termination penalty). Runs: '
+        + '; '.join(f'{_soak_label(d)}, {d["minutes"]:g} minutes' for d in runs)
+        + f". In the first run ({_soak_label(runs[0])}) an evaluation's transitions never "
+        'reached the learner; in the later ones they do.'
+    )
+
+
+def _soak_learning_conclusion(r: Records) -> str:
+    parts = []
+    for n in SOAK_LEARNING:
+        d = r[n]
+        bins = soak.learning_bins(d)
+        last = max((b['minutes'] for b in bins if b['promoted']), default=None)
+        late = [b for b in bins if b['minutes'][0] >= 20.0 and b['judged']]
+        medians = [b['candidate_return_median'] for b in late]
+        parts.append(
+            f'{_soak_label(d)}: {sum(b["promoted"] for b in bins)} of '
+            f'{sum(b["judged"] for b in bins)} candidates promoted over {d["minutes"]:g} minutes'
+            + (f', the last in minutes {last[0]:g}-{last[1]:g}' if last else ', none')
+            + (
+                f'; after minute 20, {sum(b["promoted"] for b in late)} of '
+                f"{sum(b['judged'] for b in late)}, the candidates' median return from "
+                f'{min(medians):.1f} to {max(medians):.1f} per ten minutes'
+                if late
+                else ''
+            )
+            + '.'
+        )
+        parts.append(_soak_learning(d))
+    return _bullets(*parts)
+
+
+SOAK_LEARNING_RESULT = Result(
+    heading='What the learner makes of an hour on two rigs',
+    question="Does the learner's candidate stay good over an hour of two rigs' data, with "
+    'the guard keeping the rigs on the last good one?',
+    setup=_soak_learning_setup,
+    tables=(Table('soak-learning', SOAK_LEARNING),),
+    conclusion=_soak_learning_conclusion,
+    replicate=(
+        'python -m rip_bench soak --minutes 60 --rigs 2 --json bench/results/'
+        'soak_2rig_eval_transitions.json',
     ),
 )
 
@@ -2614,7 +2688,13 @@ CURRENT: tuple[Section, ...] = (
     Section('pretrain', 'The shipped pre-trained policy', (PRETRAIN_RESULT,)),
     Section('bags', 'Bags of transitions', (BAGS_RESULT,)),
     *(
-        (Section('soak', 'Does a fine-tune run for hours without growing?', (SOAK_RESULT,)),)
+        (
+            Section(
+                'soak',
+                'Does a fine-tune run for hours without growing?',
+                (SOAK_RESULT, SOAK_LEARNING_RESULT),
+            ),
+        )
         if SOAK
         else ()
     ),

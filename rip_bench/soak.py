@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 from pathlib import Path
 import tempfile
 import threading
 import time
 from typing import Any
+
+import numpy as np
 
 from rip_control import run_files
 
@@ -301,6 +304,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         'wall_seconds': summary.get('wall_seconds'),
         'wrap_after_s': a.wrap_after_s,
         'args': args,
+        'set': list(a.set),  # the runner arguments given beyond the soak's own
         'processes': slopes(sampler.samples, a.warmup_s),
         'samples': sampler.samples,
         'episodes': _episodes(Path(args['runs_dir']) / 'soak'),
@@ -328,7 +332,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         f'{sum(e["violations"] for e in doc["episodes"])}'
     )
     plots = Path(a.plots) if a.plots else (Path(a.json).parent if a.json else workdir)
-    _plot(doc, plots / f'soak_{a.rigs}rig.png')
+    _plot(doc, plots / f'{Path(a.json).stem if a.json else f"soak_{a.rigs}rig"}.png')
     return doc
 
 
@@ -370,4 +374,60 @@ def table(records: list[dict[str, Any]]) -> str:
     return '\n'.join(lines)
 
 
-TABLES = {'soak': table}
+#: The learning table's bins, minutes of the run.
+BIN_MIN = 10.0
+
+
+def learning_bins(d: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per ``BIN_MIN`` of the run, over its rigs: training balance, candidates judged, promoted.
+
+    An episode's minute is its place among its rig's episodes times the run's minutes (the
+    episodes and their resets take the same rig time, near enough, all run long).
+    """
+    n_bins = max(1, round(d['minutes'] / BIN_MIN))
+    per_rig: dict[str, list[list[dict[str, Any]]]] = {}
+    for rig in sorted({e['rig'] for e in d['episodes']}):
+        eps = [e for e in d['episodes'] if e['rig'] == rig]
+        per_rig[rig] = [
+            eps[b * len(eps) // n_bins : (b + 1) * len(eps) // n_bins] for b in range(n_bins)
+        ]
+    out = []
+    for b in range(n_bins):
+        part = [e for parts in per_rig.values() for e in parts[b]]
+        trained = [e['balance_s'] for e in part if e['kind'] == 'training']
+        judged = [e for e in part if e['kind'] == 'evaluation' and e['verdict'] != 'baseline']
+        out.append(
+            {
+                'minutes': (b * BIN_MIN, (b + 1) * BIN_MIN),
+                'training_balance_s': float(np.mean(trained)) if trained else math.nan,
+                'judged': len(judged),
+                'promoted': sum(e['verdict'] == 'promoted' for e in judged),
+                'candidate_return_median': (
+                    float(np.median([e['return'] for e in judged])) if judged else math.nan
+                ),
+            }
+        )
+    return out
+
+
+def learning_table(records: list[dict[str, Any]]) -> str:
+    """Markdown: what the guard made of the learner's candidates, per 10 minutes of each run."""
+    lines = [
+        '| run | minutes | training balance, s | candidates promoted / judged '
+        "| candidates' median return |",
+        '|---|---|---|---|---|',
+    ]
+    for r in records:
+        run = f'{r["commit"]}, {r["rigs"]} rigs' + (
+            f', {" ".join(r["set"])}' if r.get('set') else ''
+        )
+        for b in learning_bins(r):
+            lines.append(
+                f'| {run} | {b["minutes"][0]:g}-{b["minutes"][1]:g} '
+                f'| {b["training_balance_s"]:.2f} | {b["promoted"]} / {b["judged"]} '
+                f'| {b["candidate_return_median"]:.1f} |'
+            )
+    return '\n'.join(lines)
+
+
+TABLES = {'soak': table, 'soak-learning': learning_table}

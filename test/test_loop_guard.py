@@ -1,6 +1,7 @@
 """The regression guard inside the control loop, on the emulator through a real pty (no ROS).
 
-Evaluation episodes act with the candidate's mean action, send no transitions, run
+Evaluation episodes act with the candidate's mean action, send their transitions (the
+candidate's version on them: the learner must see what its candidate does), run
 ``eval_steps`` ticks (fewer or more than a training episode's) and do not count towards
 ``episodes``; training episodes are driven by the live actor only.
 """
@@ -49,7 +50,7 @@ def _actor(version: int) -> NumpyActor:
 
 
 @pytest.mark.parametrize('eval_steps', [5, 30])  # training episodes are 20 ticks
-def test_evaluations_send_nothing_count_for_nothing_and_only_the_live_actor_trains(
+def test_evaluations_send_their_transitions_count_for_nothing_and_only_the_live_actor_trains(
     tmp_path: Path, eval_steps: int
 ) -> None:
     with EmulatorProcess(tmp_path / 'rig') as emu:
@@ -97,7 +98,7 @@ def test_evaluations_send_nothing_count_for_nothing_and_only_the_live_actor_trai
     live_after = 2 if kinds[2][1] == 'promoted' else 1
     assert [e.policy_version for e in done if not e.evaluation] == [1, live_after, live_after]
     evals = [e for e in done if e.evaluation]
-    assert all(e.transitions_published == 0 for e in evals)
+    assert [e.transitions_published for e in evals] == [eval_steps] * 2
     # The guard judged each evaluation on its return and its longest balance (all of it, here),
     # and the summaries carry the bars: 75 % of the baseline's balance.
     assert [e.balance_s for e in evals] == [pytest.approx(eval_steps / 50.0)] * 2
@@ -107,22 +108,26 @@ def test_evaluations_send_nothing_count_for_nothing_and_only_the_live_actor_trai
     # Each evaluation ran its own length (a mean action of 0 never reaches the arm limit).
     assert [(e.n_ticks, e.terminated) for e in evals] == [(eval_steps, False)] * 2
     assert all(e.n_ticks == 20 or e.terminated for e in done if not e.evaluation)
-    trained = [e for e in done if not e.evaluation]
     assert loop.status.train_episodes == 3 and loop.status.eval_episodes == 2
     got = []
     while (t := transitions.pop_from_non_rt()) is not None:
         got.append(t)
-    published = sum(e.transitions_published for e in trained)
-    # A training episode cut by a serial error (a loaded machine) sent what it had and ended
-    # without a summary; its number is the next one's. Nothing else may add transitions.
+    published = sum(e.transitions_published for e in done)
+    # An episode cut by a serial error (a loaded machine) sent what it had and ended without a
+    # summary; its number is the next one's. Nothing else may add transitions.
     cut = loop.status.serial_errors > 0
     assert published > 0 and (len(got) == published or (cut and len(got) > published)), (
         len(got),
         published,
         loop.status.serial_errors,
     )
-    # Every transition comes from a training episode, numbered as that episode.
-    assert {t.episode for t in got} == {e.episode for e in trained}
+    # Every episode's transitions are numbered as that episode and carry the version that drove
+    # them: an evaluation's the candidate's (v2 here, whatever its verdict), not the live one's.
+    assert {t.episode for t in got} == {e.episode for e in done}
+    by_episode = {e.episode: e.policy_version for e in done}
+    if not cut:  # a cut episode's transitions share the next one's number
+        assert all(t.policy_version == by_episode[t.episode] for t in got)
+    assert {t.policy_version for t in got if t.episode == evals[1].episode} == {2}
 
 
 def test_a_reactivation_runs_only_the_training_episodes_still_owed(tmp_path: Path) -> None:

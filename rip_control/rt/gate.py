@@ -2,12 +2,12 @@
 
 Without it (``every == 0``) the newest actor from the learner drives the rig the moment it
 arrives, and a bad update acts on the rig at once. With it, a newer actor first gets a
-deterministic evaluation episode (its mean action, no exploration noise, nothing sent to the
-learner) and goes *live* only if its return is within ``margin`` of the best evaluated
-return so far and, optionally, it balanced nearly as long as the best did; training episodes
-are always driven by the live actor. The first evaluation
-measures the initial actor itself (the baseline). Free of ROS, time and I/O: the control
-loop asks it at each episode start and tells it each result.
+deterministic evaluation episode (its mean action, no exploration noise; its transitions
+still reach the learner, which must see what its candidate does) and goes *live* only if
+its return is within ``margin`` of the best evaluated return so far and, optionally, it
+balanced nearly as long as the best did; training episodes are always driven by the live
+actor. The first evaluation measures the initial actor itself (the baseline). Free of ROS,
+time and I/O: the control loop asks it at each episode start and tells it each result.
 """
 
 from __future__ import annotations

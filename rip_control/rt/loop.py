@@ -214,9 +214,9 @@ class EpisodeSummary:
     """What one episode did; the node turns it into a timing.csv row and a topic message.
 
     ``kind`` is one of :data:`~rip_control.telemetry.EPISODE_KINDS`. An evaluation episode was
-    driven by its actor's mean action and sent no transitions; an excitation episode by the
-    excitation input (its transitions carry ``policy_version`` -1); ``verdict`` is the
-    guard's (``baseline``, ``promoted``, ``rejected``).
+    driven by its actor's mean action (its transitions are sent like any); an excitation
+    episode by the excitation input (its transitions carry ``policy_version`` -1);
+    ``verdict`` is the guard's (``baseline``, ``promoted``, ``rejected``).
     ``eval_bar`` and ``eval_balance_bar_s`` are what an evaluated candidate had to reach, and
     ``eval_missed`` which of them a rejected one missed (``return`` or ``balance``);
     ``live_version``, ``best_version``, ``best_score`` and ``balance_reference_s`` are the
@@ -536,8 +536,10 @@ class ControlLoop:
     ) -> None:
         dt = float(info['dt_s'])
         episode.ret += reward
-        if episode.evaluation:
-            return  # an evaluation is never training data
+        # An evaluation's transitions are training data too: SAC learns off-policy, and they are
+        # the only place the learner sees what its own candidate does. Without them, once the
+        # guard rejects, the buffer holds only the live policy's narrow data and the critic's
+        # extrapolation beyond it is never corrected (a two-rig soak collapsed that way).
         if abs(dt - self.env.config.period_s) > self.config.timing_violation_threshold_s:
             st.transitions_dropped_late += 1  # a stretched transition never leaves the node
             episode.dropped_late += 1

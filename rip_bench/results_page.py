@@ -799,11 +799,21 @@ def _v5_setup(r: Records) -> str:
     )
 
 
-def _sign_flip_p(d: np.ndarray) -> float:
-    """Two-sided p of a paired difference's mean: every sign flip of the pairs, exactly."""
-    signs = 1 - 2 * ((np.arange(2 ** len(d))[:, None] >> np.arange(len(d))) & 1)
-    means = (signs * d).mean(axis=1)
-    return float(np.mean(np.abs(means) >= abs(d.mean()) - 1e-12))
+def _sign_flip_p(d: np.ndarray, exact_up_to: int = 20) -> float:
+    """Two-sided p of a paired difference's mean under sign flips of the pairs.
+
+    Every flip, exactly, for up to ``exact_up_to`` pairs (a block of 2^16 flips at a time);
+    beyond, 2^20 flips drawn with a fixed seed.
+    """
+    n, bar = len(d), abs(float(np.mean(d))) - 1e-12
+    if n > exact_up_to:
+        signs = np.random.default_rng(0).choice([-1.0, 1.0], size=(2**20, n))
+        return float(np.mean(np.abs(signs @ d) / n >= bar))
+    hits = 0
+    for start in range(0, 2**n, 2**16):
+        flips = np.arange(start, min(start + 2**16, 2**n))[:, None] >> np.arange(n) & 1
+        hits += int(np.sum(np.abs((1 - 2 * flips) @ d) / n >= bar))
+    return hits / 2**n
 
 
 def _v5_conclusion(r: Records) -> str:
@@ -878,6 +888,21 @@ def _v5_conclusion(r: Records) -> str:
             f'{ups["async_finetuned"]:.2f} s asynchronous, '
             f'{ups["sync_finetuned"]:.2f} s synchronous, '
             f'{ups["sim_only"]:.2f} s simulation only), not in how they balance.'
+        )
+        ret = {
+            arm: np.array([_mean(d['finetune'][arm]['episode_returns']) for d in runs])
+            for arm in ('async', 'sync')
+        }
+        gain = ret['async'] - ret['sync']
+        parts.append(
+            f"While they fine-tuned, the asynchronous arm's training episodes on the {rig} rig "
+            f'returned {ret["async"].mean():.1f} on the mean against {ret["sync"].mean():.1f} '
+            f'(paired {gain.mean():+.1f}, sign-flip p = {_sign_flip_p(gain):.3f})'
+            + (
+                ': its episodes were no worse; the gap is in the policy each arm ends with.'
+                if gain.mean() >= 0
+                else '.'
+            )
         )
     every = [r[n] for n in V5_SEEDS]
     a_hz = [d['finetune']['async']['ticks']['measured_rate_hz'] for d in every]
@@ -2536,18 +2561,26 @@ def _soak_label(d: dict[str, Any]) -> str:
     return f'`{d["commit"]}`' + (f' ({", ".join(d["set"])})' if d.get('set') else '')
 
 
+def _episode_s(d: dict[str, Any]) -> float:
+    """A soak's training episode length: its runner arguments', else the parameter default."""
+    from rip_control.params import CONTROL_PARAMETERS, defaults
+
+    return float(d['args'].get('episode_seconds', defaults(CONTROL_PARAMETERS)['episode_seconds']))
+
+
 def _soak_learning_setup(r: Records) -> str:
     runs = [r[n] for n in SOAK_LEARNING]
     return (
         'The soaks of two emulated rigs (nominal physics, the guard on unless the arguments say '
-        'otherwise), read for what the learner made of them: every '
-        f"{soak.BIN_MIN:g} minutes of each run, the training episodes' mean balance, how many "
-        "of the learner's candidates the guard promoted of those it judged, and the candidates' "
-        'median evaluation return (the arm run to its limit at once returns about -10, the '
-        'termination penalty). Runs: '
+        'otherwise), read for what the learner made of them: per '
+        f'{soak.BIN_EPISODES} training episodes of each rig (each '
+        f'{_episode_s(runs[0]):g} s of rig time and a reset), '
+        "their mean balance, how many of the learner's candidates the guard promoted of those "
+        "it judged meanwhile, and the candidates' median evaluation return (the arm run to its "
+        'limit at once returns about -10, the termination penalty). Runs: '
         + '; '.join(f'{_soak_label(d)}, {d["minutes"]:g} minutes' for d in runs)
-        + f". In the first run ({_soak_label(runs[0])}) an evaluation's transitions never "
-        'reached the learner; in the later ones they do.'
+        + f". In the first ({_soak_label(runs[0])}) an evaluation's transitions never reached "
+        'the learner; in the later ones they do.'
     )
 
 
@@ -2556,18 +2589,23 @@ def _soak_learning_conclusion(r: Records) -> str:
     for n in SOAK_LEARNING:
         d = r[n]
         bins = soak.learning_bins(d)
-        last = max((b['minutes'] for b in bins if b['promoted']), default=None)
-        late = [b for b in bins if b['minutes'][0] >= 20.0 and b['judged']]
-        medians = [b['candidate_return_median'] for b in late]
+        last = max((b['training_episodes'] for b in bins if b['promoted']), default=None)
+        after = [b for b in bins if last and b['training_episodes'][0] > last[1] and b['judged']]
         parts.append(
             f'{_soak_label(d)}: {sum(b["promoted"] for b in bins)} of '
             f'{sum(b["judged"] for b in bins)} candidates promoted over {d["minutes"]:g} minutes'
-            + (f', the last in minutes {last[0]:g}-{last[1]:g}' if last else ', none')
             + (
-                f'; after minute 20, {sum(b["promoted"] for b in late)} of '
-                f"{sum(b['judged'] for b in late)}, the candidates' median return from "
-                f'{min(medians):.1f} to {max(medians):.1f} per ten minutes'
-                if late
+                f', the last among training episodes {last[0]}-{last[1]} of '
+                f'{bins[-1]["training_episodes"][1]}'
+                if last
+                else ', none'
+            )
+            + (
+                f"; after them, 0 of {sum(b['judged'] for b in after)}, the candidates' median "
+                f'return from {min(b["candidate_return_median"] for b in after):.1f} to '
+                f'{max(b["candidate_return_median"] for b in after):.1f} per '
+                f'{soak.BIN_EPISODES} training episodes'
+                if after
                 else ''
             )
             + '.'
@@ -2577,13 +2615,14 @@ def _soak_learning_conclusion(r: Records) -> str:
 
 
 SOAK_LEARNING_RESULT = Result(
-    heading='What the learner makes of an hour on two rigs',
-    question="Does the learner's candidate stay good over an hour of two rigs' data, with "
-    'the guard keeping the rigs on the last good one?',
+    heading='What the learner makes of hours on two rigs',
+    question="Does the learner's candidate stay good over an hour and more of two rigs' data, "
+    'with the guard keeping the rigs on the last good one?',
     setup=_soak_learning_setup,
     tables=(Table('soak-learning', SOAK_LEARNING),),
     conclusion=_soak_learning_conclusion,
     replicate=(
+        'python -m rip_bench soak --minutes 120 --rigs 2 --json bench/results/soak_2rig.json',
         'python -m rip_bench soak --minutes 60 --rigs 2 --json bench/results/'
         'soak_2rig_eval_transitions.json',
     ),

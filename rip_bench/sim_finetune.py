@@ -17,9 +17,10 @@ emulator's dynamics, quantisation, noise and sensing latency, stepped as fast as
 allows.
 
 What it leaves out is timing: no real-time loop, no DDS, no update lagging behind the
-transitions (here the updates owed are run every 50 transitions). So it says nothing about
-rates; the real fine-tune (``matrix``, ``v5``) is the measurement, this is the
-quick way to find which setting is worth measuring there.
+transitions (here the updates owed are run every 50 transitions). Its evaluations, unlike
+the control loop's, never reach the replay buffer (they run in an env of their own). So it
+says nothing about rates; the real fine-tune (``matrix``, ``v5``) is the measurement, this
+is the quick way to find which setting is worth measuring there.
 """
 
 from __future__ import annotations

@@ -239,6 +239,7 @@ def _episodes(run_dir: Path) -> list[dict[str, Any]]:
                         'rig': path.parent.name,
                         'episode': int(r['episode']),
                         'kind': r.get('kind', ''),
+                        'ticks': int(r['n_ticks']),
                         'violations': int(r['n_violations']),
                         'max_overrun_ms': float(r['max_overrun_ms']),
                         # what the learner made of the hours: each evaluation's candidate
@@ -374,32 +375,37 @@ def table(records: list[dict[str, Any]]) -> str:
     return '\n'.join(lines)
 
 
-#: The learning table's bins, minutes of the run.
-BIN_MIN = 10.0
+#: The learning table's bins: training episodes per rig (each the same rig time, all run
+#: long, where an evaluation lasts as long as its candidate keeps the arm in its limits).
+BIN_EPISODES = 50
 
 
 def learning_bins(d: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per ``BIN_MIN`` of the run, over its rigs: training balance, candidates judged, promoted.
+    """Per ``BIN_EPISODES`` training episodes of each rig: their balance, candidates judged.
 
-    An episode's minute is its place among its rig's episodes times the run's minutes (the
-    episodes and their resets take the same rig time, near enough, all run long).
+    An evaluation falls in the bin of the training episodes before it.
     """
-    n_bins = max(1, round(d['minutes'] / BIN_MIN))
-    per_rig: dict[str, list[list[dict[str, Any]]]] = {}
+    bins: dict[int, list[dict[str, Any]]] = {}
     for rig in sorted({e['rig'] for e in d['episodes']}):
-        eps = [e for e in d['episodes'] if e['rig'] == rig]
-        per_rig[rig] = [
-            eps[b * len(eps) // n_bins : (b + 1) * len(eps) // n_bins] for b in range(n_bins)
-        ]
+        trained = 0
+        for e in (e for e in d['episodes'] if e['rig'] == rig):
+            bins.setdefault(trained // BIN_EPISODES, []).append(e)
+            trained += e['kind'] == 'training'
     out = []
-    for b in range(n_bins):
-        part = [e for parts in per_rig.values() for e in parts[b]]
-        trained = [e['balance_s'] for e in part if e['kind'] == 'training']
+    for b, part in sorted(bins.items()):
+        balance = [e['balance_s'] for e in part if e['kind'] == 'training']
         judged = [e for e in part if e['kind'] == 'evaluation' and e['verdict'] != 'baseline']
+        if not balance:
+            continue  # only the evaluations after the last training episode
+        per_rig = max(
+            sum(e['kind'] == 'training' for e in part if e['rig'] == rig)
+            for rig in {e['rig'] for e in part}
+        )
         out.append(
             {
-                'minutes': (b * BIN_MIN, (b + 1) * BIN_MIN),
-                'training_balance_s': float(np.mean(trained)) if trained else math.nan,
+                # the training episodes of each rig the bin holds, counted from 1
+                'training_episodes': (b * BIN_EPISODES + 1, b * BIN_EPISODES + per_rig),
+                'training_balance_s': float(np.mean(balance)),
                 'judged': len(judged),
                 'promoted': sum(e['verdict'] == 'promoted' for e in judged),
                 'candidate_return_median': (
@@ -411,21 +417,21 @@ def learning_bins(d: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def learning_table(records: list[dict[str, Any]]) -> str:
-    """Markdown: what the guard made of the learner's candidates, per 10 minutes of each run."""
+    """Markdown: what the guard made of the learner's candidates as each run went on."""
     lines = [
-        '| run | minutes | training balance, s | candidates promoted / judged '
+        '| run | training episodes, per rig | their balance, s | candidates promoted / judged '
         "| candidates' median return |",
         '|---|---|---|---|---|',
     ]
     for r in records:
         run = f'{r["commit"]}, {r["rigs"]} rigs' + (
-            f', {" ".join(r["set"])}' if r.get('set') else ''
+            f', {", ".join(r["set"])}' if r.get('set') else ''
         )
         for b in learning_bins(r):
+            first, last = b['training_episodes']
             lines.append(
-                f'| {run} | {b["minutes"][0]:g}-{b["minutes"][1]:g} '
-                f'| {b["training_balance_s"]:.2f} | {b["promoted"]} / {b["judged"]} '
-                f'| {b["candidate_return_median"]:.1f} |'
+                f'| {run} | {first}-{last} | {b["training_balance_s"]:.2f} '
+                f'| {b["promoted"]} / {b["judged"]} | {b["candidate_return_median"]:.1f} |'
             )
     return '\n'.join(lines)
 

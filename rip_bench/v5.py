@@ -13,8 +13,9 @@ the learning curve across pre-training and fine-tuning.
 
 The two fine-tunes are controlled: the same networks, hyperparameters, safeguards, initial
 networks, warm-up (``learning_starts`` transitions acting with the initial policy) and number
-of transitions, all read from one parameter file (``config/finetune.yaml`` with the options
-here over it); the only difference is SB3's ``learn()`` in one thread against the two nodes.
+of transitions (with ``--guard`` the asynchronous arm's evaluations add theirs), all read
+from one parameter file (``config/finetune.yaml`` with the options here over it); the only
+difference is SB3's ``learn()`` in one thread against the two nodes.
 Both sample training actions at the policy's own standard deviation (``train_noise_scale``
 1, which SB3's ``learn()`` cannot change), whatever the file says; with ``--skip-sync`` (b)
 samples as the file says.

@@ -93,6 +93,22 @@ def test_a_verdict_in_a_conclusion_follows_its_records() -> None:
     assert 'is not met' not in edited
 
 
+def test_the_sign_flip_test_counts_every_flip_as_extreme_as_the_data() -> None:
+    import numpy as np
+
+    from rip_bench.results_page import _sign_flip_p
+
+    # All five pairs one way: only all-up and all-down are as extreme, 2 of 32.
+    assert _sign_flip_p(np.array([0.1, 0.2, 0.3, 0.1, 0.4])) == 2 / 32
+    assert _sign_flip_p(np.array([-0.1, -0.2, -0.3, -0.1, -0.4])) == 2 / 32
+    # One pair against the rest: the flips whose |mean| reaches 0.6/4 (ties count).
+    assert _sign_flip_p(np.array([0.3, 0.3, 0.3, -0.3])) == 10 / 16
+    assert _sign_flip_p(np.zeros(6)) == 1.0
+    # Beyond the exact range it draws flips: close to the exact answer.
+    d = np.random.default_rng(3).normal(0.3, 1.0, size=12)
+    assert abs(_sign_flip_p(d, exact_up_to=8) - _sign_flip_p(d)) < 0.005
+
+
 def test_the_recorded_line_says_what_the_records_hold() -> None:
     from rip_bench.results_page import Result, recorded
 

@@ -275,8 +275,8 @@ def test_ctrl_c_mid_run_disengages_first_saves_the_buffer_and_exits_0(install_pr
         ['rate:=50', 'episodes:=0', 'episode_seconds:=1', f'emulator_link:={tmp_path / "rig"}'],
     )
     launch.wait_for(r'\[rip_supervisor\]: /rip_control active', 120)
-    # Mid-run, with transitions in the learner: a training episode has ended (not only the
-    # regression guard's first evaluation, which sends none).
+    # Mid-run, with the learner training: a training episode has ended (not only the
+    # regression guard's first evaluation).
     launch.wait_for(r'(?<!evaluation )episode +\d+: return', 60)
     os.killpg(launch.proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
     code = launch.wait(60)

@@ -98,7 +98,9 @@ def test_evaluations_send_their_transitions_count_for_nothing_and_only_the_live_
     live_after = 2 if kinds[2][1] == 'promoted' else 1
     assert [e.policy_version for e in done if not e.evaluation] == [1, live_after, live_after]
     evals = [e for e in done if e.evaluation]
-    assert [e.transitions_published for e in evals] == [eval_steps] * 2
+    # Every tick of an evaluation is sent, but one whose dt was off (a loaded machine) is not.
+    sent = [e.transitions_published + e.transitions_dropped_late for e in evals]
+    assert sent == [eval_steps] * 2
     # The guard judged each evaluation on its return and its longest balance (all of it, here),
     # and the summaries carry the bars: 75 % of the baseline's balance.
     assert [e.balance_s for e in evals] == [pytest.approx(eval_steps / 50.0)] * 2
@@ -121,13 +123,26 @@ def test_evaluations_send_their_transitions_count_for_nothing_and_only_the_live_
         published,
         loop.status.serial_errors,
     )
-    # Every episode's transitions are numbered as that episode and carry the version that drove
-    # them: an evaluation's the candidate's (v2 here, whatever its verdict), not the live one's.
+    # Every episode's transitions carry the version that drove them (a cut episode is run again
+    # as the same kind by the same actor): an evaluation's the candidate's, v2 here, whatever
+    # its verdict, not the live one's.
     assert {t.episode for t in got} == {e.episode for e in done}
-    by_episode = {e.episode: e.policy_version for e in done}
-    if not cut:  # a cut episode's transitions share the next one's number
-        assert all(t.policy_version == by_episode[t.episode] for t in got)
+    by_episode = {e.episode: e for e in done}
+    assert all(t.policy_version == by_episode[t.episode].policy_version for t in got)
     assert {t.policy_version for t in got if t.episode == evals[1].episode} == {2}
+    # An evaluation's transitions are its mean action (0 here), not a sample, and end as it
+    # ended: truncated at its own length.
+    for e in evals:
+        mine = [t for t in got if t.episode == e.episode]
+        assert all(float(np.abs(t.action).max()) == 0.0 for t in mine)
+        assert not any(t.terminated for t in mine)
+        assert not any(t.truncated for t in mine[:-1])
+        assert mine[-1].truncated or e.transitions_dropped_late  # its last tick may be late
+    assert any(float(np.abs(t.action).max()) > 0.0 for t in got if t.episode == done[1].episode)
+    if not cut:  # a cut episode's transitions share the next one's number and steps
+        for e in done:
+            steps = [t.step for t in got if t.episode == e.episode]
+            assert steps == list(range(e.transitions_published)) or e.transitions_dropped_late
 
 
 def test_a_reactivation_runs_only_the_training_episodes_still_owed(tmp_path: Path) -> None:

@@ -4,12 +4,16 @@ Every test runs against both firmwares: the Python emulator and the host build o
 firmware (``firmware/``), which must behave alike.
 """
 
+import os
 from pathlib import Path
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
+from rip_control.procs import child_env
 from rip_control.rig.client import (
     LowLevelClient,
     RigDisconnected,
@@ -115,6 +119,31 @@ def test_missing_port_raises_rig_disconnected_naming_it(tmp_path, firmware):
     port = str(tmp_path / 'no_such_rig')
     with pytest.raises(RigDisconnected, match='no_such_rig'):
         LowLevelClient(port).open()
+
+
+@pytest.mark.parametrize('second', FIRMWARES)
+def test_a_second_emulator_on_a_served_link_is_refused_and_the_first_serves_on(
+    start_emulator, firmware, second
+):
+    # Before, the second took the link over without a word, and a client that had opened it
+    # went on talking to the first while a new one found the second.
+    first = start_emulator()
+    served = os.readlink(first.link)
+    cmd = [sys.executable, '-m', 'rip_control.rig.emulator', '--link', str(first.link)]
+    out = subprocess.run(
+        [*cmd, '--firmware', second], capture_output=True, text=True, env=child_env(), timeout=30
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f'{first.link} is served by a running emulator' in out.stderr, out.stderr
+    assert 'stop it first, or pass another --link' in out.stderr
+    assert 'READY' not in out.stdout
+    assert os.readlink(first.link) == served
+    with LowLevelClient(str(first.link)) as client:
+        assert client.get_state().timestamp_us > 0  # the first still answers there
+    # The claim ends with its holder, however it ends: the link is free again.
+    first.stop()
+    again = start_emulator()
+    assert again.link == first.link and os.readlink(again.link) == again.device
 
 
 def test_dropped_replies_time_out_and_retries_recover(start_emulator):

@@ -14,6 +14,7 @@ import argparse
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+import fcntl
 import math
 import os
 from pathlib import Path
@@ -470,6 +471,31 @@ class _Server:
             pass  # nobody listening: a real UART would drop these bytes too
 
 
+class LinkInUse(OSError):
+    """Another live emulator serves the link."""
+
+
+def claim_link(link: Path) -> int:
+    """Lock ``.<name>.lock`` beside ``link`` for this process's life; the lock's descriptor.
+
+    A second emulator (or host firmware) on the same link is refused instead of silently
+    taking it over from a live one, which a client already talking to it would not notice.
+    The lock goes with the process, however it ends; the file stays (removing it would race
+    a newer emulator's claim).
+    """
+    lock = link.with_name(f'.{link.name}.lock')
+    fd = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LinkInUse(
+            f'{link} is served by a running emulator (it holds {lock}): stop it first, or '
+            'pass another --link'
+        ) from None
+    return fd
+
+
 def _make_link(link: Path, device: str) -> None:
     tmp = link.with_name(f'.{link.name}.{os.getpid()}')
     if tmp.is_symlink() or tmp.exists():
@@ -684,11 +710,13 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError('--clock-offset-s is an option of the Python emulator only')
         if args.check:
             return 0
+        claim = claim_link(Path(args.link))
         if args.firmware == 'c':
             from rip_control.rig.host_firmware import exec_host_firmware
 
             if stop.requested:  # stopped before it started: nothing to serve, nothing to undo
                 return 0
+            os.set_inheritable(claim, True)  # the lock lives on in the C program
             return exec_host_firmware(args, params)
         on_event = _event_sink(args.events, args.events_file)
     except (ValueError, OSError, TypeError) as exc:

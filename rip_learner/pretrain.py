@@ -22,8 +22,8 @@ unlike on the rig, SB3's ``learn()`` is right: simulated time does not run while
   values, as wide as their uncertainty (:func:`around_identified`).
 - **Warm start** (``init:=DIR``): the actor, critics and entropy coefficient of an earlier
   pre-training or fine-tune (its ``policy.safetensors`` and ``sac_checkpoint.safetensors``).
-- **Evaluation** every ``eval_every`` steps: deterministic episodes of ``eval_seconds`` from
-  hanging, on nominal physics and on randomised physics, scored with
+- **Evaluation** every ``eval_every`` steps and at the last one: deterministic episodes of
+  ``eval_seconds`` from hanging, on nominal physics and on randomised physics, scored with
   :mod:`rip_control.run.evaluation` (longest balance window, swing-up time, chatter). The best
   policy so far is kept; training stops early once both evaluations balance for
   ``target_balance_s`` on average, or at ``steps`` / ``time_limit_s``.
@@ -116,7 +116,13 @@ OPTIONS = (
         "of sensing latency) or 'identified' (around rig_params's identified values, as wide "
         'as their uncertainty)',
     ),
-    Param('eval_every', 5000, 'steps between evaluations', 100, 10_000_000),
+    Param(
+        'eval_every',
+        5000,
+        'steps between evaluations (the last step is scored too)',
+        100,
+        10_000_000,
+    ),
     Param('eval_episodes', 4, 'episodes per evaluation (nominal and randomised each)', 1, 100),
     Param('eval_seconds', 10.0, 'evaluation episode length, s', 1.0, 600.0),
     Param('target_balance_s', 8.0, 'stop once evaluations balance this long', 0.0, 600.0),
@@ -560,7 +566,7 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
             if elapsed > opts['time_limit_s']:
                 self.stop = f'time limit {opts["time_limit_s"]:g} s'
                 return False
-            if step < self.next_eval:
+            if step < self.next_eval and step < opts['steps']:  # the last step is scored too
                 return True
             self.next_eval = (step // opts['eval_every'] + 1) * opts['eval_every']
             e0 = time.monotonic()

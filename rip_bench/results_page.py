@@ -2611,6 +2611,19 @@ def _soak_learning_conclusion(r: Records) -> str:
             + '.'
         )
         parts.append(_soak_learning(d))
+    first = soak.learning_bins(r[SOAK_LEARNING[0]])
+    stopped = max((b['training_episodes'][1] for b in first if b['promoted']), default=0)
+    for n in SOAK_LEARNING[1:]:
+        later = [b for b in soak.learning_bins(r[n]) if b['training_episodes'][0] > stopped]
+        if later:
+            parts.append(
+                f'Past training episode {stopped}, where the first run promoted its last, '
+                f'{_soak_label(r[n])} promoted {sum(b["promoted"] for b in later)} of '
+                f'{sum(b["judged"] for b in later)} candidates (the first: 0 of '
+                f'{sum(b["judged"] for b in first if b["training_episodes"][0] > stopped)}). '
+                'One run each, so this shows the collapse is not what the learner must do, '
+                'not that it cannot happen; the guard-off soak was not run.'
+            )
     return _bullets(*parts)
 
 

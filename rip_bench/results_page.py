@@ -2589,6 +2589,15 @@ def _soak_learning_conclusion(r: Records) -> str:
     for n in SOAK_LEARNING:
         d = r[n]
         bins = soak.learning_bins(d)
+        if soak.guard_off(d):
+            balance = [b['training_balance_s'] for b in bins]
+            parts.append(
+                f'{_soak_label(d)}: the guard off, every new policy drove the training episodes '
+                f'at once, {bins[-1]["training_episodes"][1]} per rig over {d["minutes"]:g} '
+                f'minutes; their mean balance per {soak.BIN_EPISODES} from {min(balance):.2f} '
+                f'to {max(balance):.2f} s, the last {balance[-1]:.2f} s.'
+            )
+            continue
         last = max((b['training_episodes'] for b in bins if b['promoted']), default=None)
         after = [b for b in bins if last and b['training_episodes'][0] > last[1] and b['judged']]
         parts.append(
@@ -2615,14 +2624,19 @@ def _soak_learning_conclusion(r: Records) -> str:
     stopped = max((b['training_episodes'][1] for b in first if b['promoted']), default=0)
     for n in SOAK_LEARNING[1:]:
         later = [b for b in soak.learning_bins(r[n]) if b['training_episodes'][0] > stopped]
-        if later:
+        if later and not soak.guard_off(r[n]):
             parts.append(
                 f'Past training episode {stopped}, where the first run promoted its last, '
                 f'{_soak_label(r[n])} promoted {sum(b["promoted"] for b in later)} of '
                 f'{sum(b["judged"] for b in later)} candidates (the first: 0 of '
                 f'{sum(b["judged"] for b in first if b["training_episodes"][0] > stopped)}). '
                 'One run each, so this shows the collapse is not what the learner must do, '
-                'not that it cannot happen; the guard-off soak was not run.'
+                'not that it cannot happen'
+                + (
+                    '.'
+                    if any(soak.guard_off(r[m]) for m in SOAK_LEARNING)
+                    else '; the guard-off soak was not run.'
+                )
             )
     return _bullets(*parts)
 

@@ -416,6 +416,11 @@ def learning_bins(d: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def guard_off(d: dict[str, Any]) -> bool:
+    """Whether a soak ran with the regression guard off (``eval_every_episodes:=0``)."""
+    return int(d['args'].get('eval_every_episodes', -1)) == 0
+
+
 def learning_table(records: list[dict[str, Any]]) -> str:
     """Markdown: what the guard made of the learner's candidates as each run went on."""
     lines = [
@@ -429,9 +434,14 @@ def learning_table(records: list[dict[str, Any]]) -> str:
         )
         for b in learning_bins(r):
             first, last = b['training_episodes']
+            judged = (
+                ('guard off', '—')
+                if guard_off(r)
+                else (f'{b["promoted"]} / {b["judged"]}', f'{b["candidate_return_median"]:.1f}')
+            )
             lines.append(
                 f'| {run} | {first}-{last} | {b["training_balance_s"]:.2f} '
-                f'| {b["promoted"]} / {b["judged"]} | {b["candidate_return_median"]:.1f} |'
+                f'| {judged[0]} | {judged[1]} |'
             )
     return '\n'.join(lines)
 

@@ -70,4 +70,4 @@ def test_a_short_soak_crosses_the_wrap_and_the_eviction_with_flat_memory(tmp_pat
         assert late['rss_mib_growth'] <= RSS_GROWTH_MIB, (name, p)
         # (a file open for a checkpoint, a thread of the executor: one or two come and go)
         assert late['fds_max_minus_min'] <= 2 and late['threads_max_minus_min'] <= 2, (name, p)
-    assert (tmp_path / 'soak_1rig.png').exists()
+    assert (tmp_path / 'soak.png').exists()  # named after the record, beside it

@@ -558,6 +558,7 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
             # A warm start is scored first: the best kept is never worse than where it began.
             self.next_eval = 1 if init else opts['eval_every']
             self.stop = ''
+            self.scored_updates = -1  # the updates done when the policy was last scored
 
         def _on_step(self) -> bool:
             nonlocal eval_s
@@ -566,8 +567,11 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
             if elapsed > opts['time_limit_s']:
                 self.stop = f'time limit {opts["time_limit_s"]:g} s'
                 return False
-            if step < self.next_eval and step < opts['steps']:  # the last step is scored too
+            # The last step is scored too, unless nothing trained since the last score.
+            last = step >= opts['steps'] and model._n_updates != self.scored_updates
+            if step < self.next_eval and not last:
                 return True
+            self.scored_updates = model._n_updates
             self.next_eval = (step // opts['eval_every'] + 1) * opts['eval_every']
             e0 = time.monotonic()
             nominal = evaluate_sim(act, eval_task, opts['eval_episodes'], 10_000, base=base)

@@ -53,6 +53,11 @@ class DeadmanTolerantEnv(gym.Wrapper):
         self.serial_timeouts = 0
         self.reset_attempts = reset_attempts
         self._last_obs: np.ndarray | None = None
+        self._obs_at = 0.0  # when the last observation was handed to the caller
+        #: per step after the first of an episode: seconds from handing the caller an
+        #: observation to its action arriving here (SB3's updates and its forward pass run
+        #: in between, so the rig acts on an observation this old; the nodes take ~1 ms)
+        self.act_delay_s: list[float] = []
 
     def reset(self, **kwargs: Any) -> Any:
         """Reset the rig (engages the motor again); a timeout retries, a few times."""
@@ -65,10 +70,13 @@ class DeadmanTolerantEnv(gym.Wrapper):
                 if attempt == self.reset_attempts - 1:
                     raise
         self._last_obs = obs
+        self._obs_at = 0.0  # the reset's observation: the first action's delay is not kept
         return obs, info
 
     def step(self, action: Any) -> Any:
         """Step; a refused voltage or a timeout ends the episode instead of the run."""
+        if self._obs_at:
+            self.act_delay_s.append(time.monotonic() - self._obs_at)
         try:
             obs, reward, terminated, truncated, info = self.env.step(action)
         except RigProtocolError as exc:
@@ -82,6 +90,7 @@ class DeadmanTolerantEnv(gym.Wrapper):
             assert self._last_obs is not None
             return self._last_obs, 0.0, False, True, {'serial_timeout': True}
         self._last_obs = obs
+        self._obs_at = time.monotonic()
         return obs, reward, terminated, truncated, info
 
 
@@ -106,6 +115,20 @@ def _sync_sac_class() -> Any:
     return WarmStartSAC
 
 
+def delay_stats(delays_s: Any) -> dict[str, float]:
+    """Mean, median, 95th percentile and max of observation-to-action delays, in ms."""
+    d = np.asarray(delays_s, dtype=float) * 1e3
+    if not d.size:
+        return {'n': 0}
+    return {
+        'n': int(d.size),
+        'mean': float(d.mean()),
+        'p50': float(np.median(d)),
+        'p95': float(np.percentile(d, 95)),
+        'max': float(d.max()),
+    }
+
+
 @dataclass(frozen=True)
 class SyncResult:
     """What a synchronous fine-tune did."""
@@ -119,6 +142,7 @@ class SyncResult:
     episode_returns: list[float]
     wall_s: float
     updates: int = 0
+    act_delay_s: tuple[float, ...] = ()  # DeadmanTolerantEnv.act_delay_s
 
 
 def sync_finetune(
@@ -229,7 +253,9 @@ def sync_finetune(
         episode_returns=returns,
         wall_s=time.monotonic() - t0,
         updates=int(model._n_updates),
+        act_delay_s=tuple(env.act_delay_s),
     )
-    doc = {k: v for k, v in result.__dict__.items() if k != 'dt_s'}
+    doc = {k: v for k, v in result.__dict__.items() if k not in ('dt_s', 'act_delay_s')}
+    doc['act_delay_ms'] = delay_stats(result.act_delay_s)
     atomic_write_bytes(out / 'sync_finetune.json', json.dumps(doc, indent=1).encode())
     return result

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 from pathlib import Path
 import tempfile
@@ -79,7 +80,39 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         help="(b)'s eval_every_episodes (0: off, as (c) has none); on, (b) deploys policy_best",
     )
     ap.add_argument('--skip-sync', action='store_true', help='no (c): the async arm only')
+    ap.add_argument(
+        '--finetune-rig-set',
+        action='append',
+        default=[],
+        metavar='NAME=VALUE',
+        help='fine-tune on --rig with this physics value changed, deploy on --rig as it is '
+        '(e.g. sensing_latency_s=0.02: train under a longer delay; repeatable)',
+    )
     ap.add_argument('--label', default='', help='a name for this configuration (tables)')
+
+
+def _finetune_rig(a: argparse.Namespace, runs: Path) -> str:
+    """The rig file both fine-tunes run on: ``--rig``, or a copy with ``--finetune-rig-set``."""
+    if not a.finetune_rig_set:
+        return str(a.rig)
+    import yaml
+
+    from rip_control.rig.dynamics import PendulumParams
+
+    values = dataclasses.asdict(PendulumParams.from_yaml(a.rig))
+    for item in a.finetune_rig_set:
+        name, eq, value = item.partition('=')
+        if not eq or name not in values:
+            raise ValueError(
+                f'--finetune-rig-set {item}: expected NAME=VALUE, NAME one of the rig keys'
+            )
+        values[name] = float(value)
+    PendulumParams.from_dict(values, source='--finetune-rig-set')  # refused here if invalid
+    path = runs / 'finetune_rig.yaml'
+    runs.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({'rig': values}))
+    print(f'-- fine-tuning on {a.rig} with {", ".join(a.finetune_rig_set)} ({path})', flush=True)
+    return str(path)
 
 
 def _evaluate(a: argparse.Namespace, policy: str, runs: Path, name: str) -> dict[str, Any]:
@@ -88,7 +121,7 @@ def _evaluate(a: argparse.Namespace, policy: str, runs: Path, name: str) -> dict
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
     """Run (a), (b), (c) and their evaluations, write the plots: the JSON record."""
-    from rip_bench.sync_finetune import sync_finetune
+    from rip_bench.sync_finetune import delay_stats, sync_finetune
     from rip_control import finetune
 
     runs = Path(a.runs_dir) if a.runs_dir else Path(tempfile.mkdtemp(prefix='rip_v5_'))
@@ -102,6 +135,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         # (config/finetune.yaml narrows it); a --set of the user's, after this one, still wins.
         a.set = ['rip_control.train_noise_scale=1.0', *a.set]
     params_file, lp = arm_parameters(a, runs)
+    finetune_rig = _finetune_rig(a, runs)
 
     summary_path = runs / 'async_finetune' / 'summary.json'
     if a.reuse_async and summary_path.exists():
@@ -112,7 +146,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         ft = finetune.run(
             {
                 'policy': a.policy,
-                'rig_params': a.rig,
+                'rig_params': finetune_rig,
                 'rate': str(a.rate),
                 'episodes': str(a.episodes),
                 'episode_seconds': str(a.episode_seconds),
@@ -135,7 +169,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     sync_dt = np.zeros(0)
     if not a.skip_sync:
         print(f'-- (c) synchronous fine-tune (SB3 learn(), self-paced env) on {a.rig}', flush=True)
-        with EmulatorProcess(runs / 'sync_rig', ['--params', a.rig]) as emu:
+        with EmulatorProcess(runs / 'sync_rig', ['--params', finetune_rig]) as emu:
             sync = sync_finetune(
                 str(emu.link),
                 runs / 'sync_finetune',
@@ -158,6 +192,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         'label': a.label,
         'overrides': a.set,
         'rig': a.rig,
+        'finetune_rig_overrides': a.finetune_rig_set,
         'rate_hz': a.rate,
         'finetune_episodes': a.episodes,
         'episode_seconds': a.episode_seconds,
@@ -191,6 +226,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             'serial_timeouts': sync.serial_timeouts,
             'wall_s': sync.wall_s,
             'updates': sync.updates,
+            'act_delay_ms': delay_stats(sync.act_delay_s),
         }
     plots = Path(a.plots) if a.plots else (Path(a.json).parent if a.json else runs)
     stem = f'v5_{Path(a.rig).stem}'

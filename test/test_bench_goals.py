@@ -217,3 +217,52 @@ def test_every_record_says_its_code_machine_and_host_steal() -> None:
     m = record['machine']
     assert m['cpus'] >= 1 and m['cpu_model'] and m['torch']['device'] in ('cpu', 'cuda')
     assert 0.0 <= record['host_steal']['fraction'] <= 1.0 and record['host_steal']['wall_s'] >= 0
+
+
+def test_v5_fine_tunes_on_a_changed_copy_of_the_rig_and_names_a_bad_key(tmp_path) -> None:
+    import argparse
+
+    from rip_bench.v5 import _finetune_rig
+    from rip_control.rig.dynamics import PendulumParams
+
+    rig = REPO / 'bench' / 'rigs' / 'rig_mild.yaml'
+    a = argparse.Namespace(rig=str(rig), finetune_rig_set=[])
+    assert _finetune_rig(a, tmp_path) == str(rig)  # nothing changed: the rig itself
+    a.finetune_rig_set = ['sensing_latency_s=0.0199']
+    changed = PendulumParams.from_yaml(_finetune_rig(a, tmp_path))
+    mild = PendulumParams.from_yaml(rig)
+    assert changed.sensing_latency_s == 0.0199 != mild.sensing_latency_s
+    assert changed.motor_dead_zone_v == mild.motor_dead_zone_v == 0.25  # the rest is mild's
+    a.finetune_rig_set = ['sensing_latency=0.02']
+    with pytest.raises(ValueError, match='sensing_latency=0.02'):
+        _finetune_rig(a, tmp_path)
+
+
+def test_the_sync_arm_counts_how_old_an_observation_is_when_its_action_comes() -> None:
+    import time
+
+    import gymnasium as gym
+    import numpy as np
+
+    from rip_bench.sync_finetune import DeadmanTolerantEnv, delay_stats
+
+    class Still(gym.Env):
+        observation_space = gym.spaces.Box(-1.0, 1.0, (1,))
+        action_space = gym.spaces.Box(-1.0, 1.0, (1,))
+
+        def reset(self, **kwargs):
+            return np.zeros(1, np.float32), {}
+
+        def step(self, action):
+            return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    env = DeadmanTolerantEnv(Still())  # type: ignore[arg-type]
+    env.reset()
+    env.step(0.0)  # the reset's observation: not counted
+    for _ in range(3):
+        time.sleep(0.03)  # the caller's updates, between an observation and its action
+        env.step(0.0)
+    assert len(env.act_delay_s) == 3 and min(env.act_delay_s) >= 0.03
+    stats = delay_stats(env.act_delay_s)
+    assert stats['n'] == 3 and stats['p50'] >= 30.0
+    assert delay_stats([]) == {'n': 0}

@@ -327,8 +327,10 @@ def test_learner_killed_mid_run_control_keeps_rate_on_the_last_policy_and_a_rest
     proc, _ = learner_process(
         env={'FASTDDS_DEFAULT_PROFILES_FILE': str(profile)},
         checkpoint_every_s=1.0,
+        # A version each 0.3 s, by time only (every few updates would make ~20 versions
+        # between two checkpoints, and the restart below waits 3 s for each of them).
         publish_every_s=0.3,
-        publish_every_steps=10,
+        publish_every_steps=10**6,
     )
     assert rig.driver.change('configure') and rig.driver.change('activate')
     got_weights = _spin_until(

@@ -363,6 +363,55 @@ def v5_seeds_table(docs: list[dict[str, Any]]) -> str:
     return '\n'.join(rows)
 
 
+#: the label of ``bench v5 --finetune-rig-set ...`` runs whose fine-tune had the synchronous
+#: arm's observation age added to the rig's latency (``v5delay_*`` records)
+TRAINED_LATE = 'async_trained_late'
+
+
+def delay_table(docs: list[dict[str, Any]]) -> str:
+    """Markdown: per seed, the three arms, and the async arm fine-tuned as late as sync's.
+
+    ``docs`` are V5 records with both fine-tunes and ``--skip-sync`` records labelled
+    :data:`TRAINED_LATE`, of one rig, paired by seed; the last row is the means.
+    """
+    plain: dict[int, dict[str, Any]] = {}
+    late: dict[int, dict[str, Any]] = {}
+    for doc in docs:
+        into = late if doc.get('label') == TRAINED_LATE else plain
+        if doc['seed'] in into:
+            raise ValueError(f'seed {doc["seed"]} is given twice ({doc.get("label") or "V5"})')
+        into[doc['seed']] = doc
+    seeds = sorted(set(plain) & set(late))
+    if not seeds:
+        raise ValueError(f'no seed has both a V5 record and a {TRAINED_LATE} one')
+    rows = [
+        '| seed | (b) async | (c) sync | (b) async, fine-tuned on the rig made later | '
+        'the change | time to balance: (b), (c), (b) made later |',
+        '|---|---|---|---|---|---|',
+    ]
+    cols: list[list[float]] = [[], [], []]
+    for seed in seeds:
+        p, q = plain[seed], late[seed]
+        vals = [
+            p['deployment']['async_finetuned']['summary'],
+            p['deployment']['sync_finetuned']['summary'],
+            q['deployment']['async_finetuned']['summary'],
+        ]
+        for col, v in zip(cols, vals, strict=True):
+            col.append(float(v['longest_balance_s']['mean']))
+        rows.append(
+            f'| {seed} | '
+            + ' | '.join(f'{c[-1]:.2f} s' for c in cols)
+            + f' | {", ".join(q.get("finetune_rig_overrides", []))} | '
+            + ', '.join(f'{v["swing_up_s_mean"]:.2f}' for v in vals)
+            + ' s |'
+        )
+    rows.append(
+        f'| mean of {len(seeds)} | ' + ' | '.join(f'{np.mean(c):.2f} s' for c in cols) + ' | | |'
+    )
+    return '\n'.join(rows)
+
+
 def safeguards_table(docs: list[dict[str, Any]]) -> str:
     """Markdown: one row per (rig, configuration) of ``bench v5 --skip-sync --label`` runs."""
     rows = [
@@ -492,4 +541,9 @@ def _plot(
         plt.close(fig)
 
 
-TABLES = {NAME: v5_table, 'v5-seeds': v5_seeds_table, 'safeguards': safeguards_table}
+TABLES = {
+    NAME: v5_table,
+    'v5-seeds': v5_seeds_table,
+    'v5-delay': delay_table,
+    'safeguards': safeguards_table,
+}

@@ -266,3 +266,39 @@ def test_the_sync_arm_counts_how_old_an_observation_is_when_its_action_comes() -
     stats = delay_stats(env.act_delay_s)
     assert stats['n'] == 3 and stats['p50'] >= 30.0
     assert delay_stats([]) == {'n': 0}
+
+
+def test_the_delay_table_pairs_each_seed_with_its_made_later_run() -> None:
+    from rip_bench.v5 import TRAINED_LATE, delay_table
+
+    def summary(balance: float) -> dict:
+        return {'longest_balance_s': {'mean': balance}, 'swing_up_s_mean': 10.0 - balance}
+
+    def plain(seed: int, a: float, s: float) -> dict:
+        arms = {'async_finetuned': summary(a), 'sync_finetuned': summary(s)}
+        return {
+            'seed': seed,
+            'label': '',
+            'deployment': {k: {'summary': v} for k, v in arms.items()},
+        }
+
+    def late(seed: int, a: float) -> dict:
+        return {
+            'seed': seed,
+            'label': TRAINED_LATE,
+            'finetune_rig_overrides': ['sensing_latency_s=0.02'],
+            'deployment': {'async_finetuned': {'summary': summary(a)}},
+        }
+
+    # seed 2 has no made-later run: it is left out of the rows and of the means
+    docs = [plain(0, 9.0, 9.2), plain(1, 9.1, 9.0), plain(2, 1.0, 1.0), late(1, 9.4), late(0, 9.2)]
+    rows = delay_table(docs).splitlines()
+    assert rows[2] == (
+        '| 0 | 9.00 s | 9.20 s | 9.20 s | sensing_latency_s=0.02 | 1.00, 0.80, 0.80 s |'
+    )
+    assert rows[3].startswith('| 1 | 9.10 s | 9.00 s | 9.40 s |')
+    assert rows[-1] == '| mean of 2 | 9.05 s | 9.10 s | 9.30 s | | |'
+    with pytest.raises(ValueError, match='seed 0 is given twice'):
+        delay_table([*docs, late(0, 9.0)])
+    with pytest.raises(ValueError, match='no seed has both'):
+        delay_table([plain(0, 9.0, 9.0)])

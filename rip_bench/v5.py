@@ -102,11 +102,15 @@ def _finetune_rig(a: argparse.Namespace, runs: Path) -> str:
     values = dataclasses.asdict(PendulumParams.from_yaml(a.rig))
     for item in a.finetune_rig_set:
         name, eq, value = item.partition('=')
-        if not eq or name not in values:
+        try:
+            if not eq or name not in values:
+                raise ValueError
+            values[name] = float(value)
+        except ValueError:
             raise ValueError(
-                f'--finetune-rig-set {item}: expected NAME=VALUE, NAME one of the rig keys'
-            )
-        values[name] = float(value)
+                f'--finetune-rig-set {item}: expected NAME=VALUE, NAME one of the rig keys '
+                'and VALUE a number'
+            ) from None
     PendulumParams.from_dict(values, source='--finetune-rig-set')  # refused here if invalid
     path = runs / 'finetune_rig.yaml'
     runs.mkdir(parents=True, exist_ok=True)
@@ -368,11 +372,13 @@ def v5_seeds_table(docs: list[dict[str, Any]]) -> str:
 TRAINED_LATE = 'async_trained_late'
 
 
-def delay_table(docs: list[dict[str, Any]]) -> str:
-    """Markdown: per seed, the three arms, and the async arm fine-tuned as late as sync's.
+def delay_pairs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """``(V5 record, made-later record)`` of each seed both have, by seed.
 
-    ``docs`` are V5 records with both fine-tunes and ``--skip-sync`` records labelled
-    :data:`TRAINED_LATE`, of one rig, paired by seed; the last row is the means.
+    ``docs``: V5 records with both fine-tunes, and ``--skip-sync`` records labelled
+    :data:`TRAINED_LATE`; one rig, and one change of it in every made-later record.
+
+    :raises ValueError: a seed given twice, records of two rigs or two changes, or no pair.
     """
     plain: dict[int, dict[str, Any]] = {}
     late: dict[int, dict[str, Any]] = {}
@@ -381,17 +387,36 @@ def delay_table(docs: list[dict[str, Any]]) -> str:
         if doc['seed'] in into:
             raise ValueError(f'seed {doc["seed"]} is given twice ({doc.get("label") or "V5"})')
         into[doc['seed']] = doc
+    for what, values in (
+        ('rigs', {d.get('rig') for d in docs}),
+        (
+            'changes of the rig',
+            {tuple(d.get('finetune_rig_overrides', ())) for d in late.values()},
+        ),
+    ):
+        if len(values) > 1:
+            raise ValueError(
+                f'the records are of {len(values)} {what}: {sorted(map(str, values))}'
+            )
     seeds = sorted(set(plain) & set(late))
     if not seeds:
         raise ValueError(f'no seed has both a V5 record and a {TRAINED_LATE} one')
+    return [(plain[seed], late[seed]) for seed in seeds]
+
+
+def delay_table(docs: list[dict[str, Any]]) -> str:
+    """Markdown: per seed, the three arms, and the async arm fine-tuned as late as sync's.
+
+    ``docs`` as :func:`delay_pairs` takes them; the last row is the means.
+    """
     rows = [
         '| seed | (b) async | (c) sync | (b) async, fine-tuned on the rig made later | '
         'the change | time to balance: (b), (c), (b) made later |',
         '|---|---|---|---|---|---|',
     ]
     cols: list[list[float]] = [[], [], []]
-    for seed in seeds:
-        p, q = plain[seed], late[seed]
+    pairs = delay_pairs(docs)
+    for p, q in pairs:
         vals = [
             p['deployment']['async_finetuned']['summary'],
             p['deployment']['sync_finetuned']['summary'],
@@ -400,14 +425,14 @@ def delay_table(docs: list[dict[str, Any]]) -> str:
         for col, v in zip(cols, vals, strict=True):
             col.append(float(v['longest_balance_s']['mean']))
         rows.append(
-            f'| {seed} | '
+            f'| {p["seed"]} | '
             + ' | '.join(f'{c[-1]:.2f} s' for c in cols)
             + f' | {", ".join(q.get("finetune_rig_overrides", []))} | '
             + ', '.join(f'{v["swing_up_s_mean"]:.2f}' for v in vals)
             + ' s |'
         )
     rows.append(
-        f'| mean of {len(seeds)} | ' + ' | '.join(f'{np.mean(c):.2f} s' for c in cols) + ' | | |'
+        f'| mean of {len(pairs)} | ' + ' | '.join(f'{np.mean(c):.2f} s' for c in cols) + ' | | |'
     )
     return '\n'.join(rows)
 

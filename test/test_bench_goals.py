@@ -221,6 +221,7 @@ def test_every_record_says_its_code_machine_and_host_steal() -> None:
 
 def test_v5_fine_tunes_on_a_changed_copy_of_the_rig_and_names_a_bad_key(tmp_path) -> None:
     import argparse
+    import dataclasses
 
     from rip_bench.v5 import _finetune_rig
     from rip_control.rig.dynamics import PendulumParams
@@ -231,40 +232,55 @@ def test_v5_fine_tunes_on_a_changed_copy_of_the_rig_and_names_a_bad_key(tmp_path
     a.finetune_rig_set = ['sensing_latency_s=0.0199']
     changed = PendulumParams.from_yaml(_finetune_rig(a, tmp_path))
     mild = PendulumParams.from_yaml(rig)
-    assert changed.sensing_latency_s == 0.0199 != mild.sensing_latency_s
-    assert changed.motor_dead_zone_v == mild.motor_dead_zone_v == 0.25  # the rest is mild's
-    a.finetune_rig_set = ['sensing_latency=0.02']
-    with pytest.raises(ValueError, match='sensing_latency=0.02'):
-        _finetune_rig(a, tmp_path)
+    assert mild.sensing_latency_s != 0.0199
+    # the one value changed, every other one the mild rig's (not the nominal rig's)
+    assert dataclasses.asdict(changed) == {**dataclasses.asdict(mild), 'sensing_latency_s': 0.0199}
+    for bad in ('sensing_latency=0.02', 'sensing_latency_s=abc', 'sensing_latency_s'):
+        a.finetune_rig_set = [bad]
+        with pytest.raises(ValueError, match=f'--finetune-rig-set {bad}: expected NAME=VALUE'):
+            _finetune_rig(a, tmp_path)
 
 
-def test_the_sync_arm_counts_how_old_an_observation_is_when_its_action_comes() -> None:
-    import time
-
+def test_the_sync_arm_counts_how_old_an_observation_is_when_its_action_comes(monkeypatch) -> None:
     import gymnasium as gym
     import numpy as np
 
+    from rip_bench import sync_finetune
     from rip_bench.sync_finetune import DeadmanTolerantEnv, delay_stats
 
-    class Still(gym.Env):
+    clock = [100.0]
+    monkeypatch.setattr(sync_finetune.time, 'monotonic', lambda: clock[0])
+
+    class Rig(gym.Env):
+        """A step takes 1 s of the clock (act, wait for the tick, observe), a reset 5 s."""
+
         observation_space = gym.spaces.Box(-1.0, 1.0, (1,))
         action_space = gym.spaces.Box(-1.0, 1.0, (1,))
 
         def reset(self, **kwargs):
+            clock[0] += 5.0
             return np.zeros(1, np.float32), {}
 
         def step(self, action):
+            clock[0] += 1.0
             return np.zeros(1, np.float32), 0.0, False, False, {}
 
-    env = DeadmanTolerantEnv(Still())  # type: ignore[arg-type]
+    env = DeadmanTolerantEnv(Rig())  # type: ignore[arg-type]
     env.reset()
-    env.step(0.0)  # the reset's observation: not counted
-    for _ in range(3):
-        time.sleep(0.03)  # the caller's updates, between an observation and its action
+    for between in (0.5, 0.03, 0.02, 0.01):  # the caller's updates, before each action
+        clock[0] += between
         env.step(0.0)
-    assert len(env.act_delay_s) == 3 and min(env.act_delay_s) >= 0.03
-    stats = delay_stats(env.act_delay_s)
-    assert stats['n'] == 3 and stats['p50'] >= 30.0
+    # From each observation handed out to the next action: not the step's own second, and
+    # not the first action after the reset's observation.
+    assert env.act_delay_s == pytest.approx([0.03, 0.02, 0.01])
+    clock[0] += 0.2  # the caller before the reset (SB3 resets at an episode's end)
+    env.reset()
+    clock[0] += 0.4
+    env.step(0.0)  # a new episode's first action: not counted either
+    assert len(env.act_delay_s) == 3
+    assert delay_stats(env.act_delay_s) == pytest.approx(
+        {'n': 3, 'mean': 20.0, 'p50': 20.0, 'p95': 29.0, 'max': 30.0}
+    )
     assert delay_stats([]) == {'n': 0}
 
 
@@ -274,31 +290,34 @@ def test_the_delay_table_pairs_each_seed_with_its_made_later_run() -> None:
     def summary(balance: float) -> dict:
         return {'longest_balance_s': {'mean': balance}, 'swing_up_s_mean': 10.0 - balance}
 
-    def plain(seed: int, a: float, s: float) -> dict:
+    def plain(seed: int, a: float, s: float, rig: str = 'mild') -> dict:
         arms = {'async_finetuned': summary(a), 'sync_finetuned': summary(s)}
-        return {
-            'seed': seed,
-            'label': '',
-            'deployment': {k: {'summary': v} for k, v in arms.items()},
-        }
+        deployment = {k: {'summary': v} for k, v in arms.items()}
+        return {'seed': seed, 'label': '', 'rig': rig, 'deployment': deployment}
 
-    def late(seed: int, a: float) -> dict:
+    def late(seed: int, a: float, change: str = 'sensing_latency_s=0.02') -> dict:
         return {
             'seed': seed,
             'label': TRAINED_LATE,
-            'finetune_rig_overrides': ['sensing_latency_s=0.02'],
+            'rig': 'mild',
+            'finetune_rig_overrides': [change],
             'deployment': {'async_finetuned': {'summary': summary(a)}},
         }
 
-    # seed 2 has no made-later run: it is left out of the rows and of the means
-    docs = [plain(0, 9.0, 9.2), plain(1, 9.1, 9.0), plain(2, 1.0, 1.0), late(1, 9.4), late(0, 9.2)]
+    # seed 1 has no made-later run: it is left out of the rows and of the means
+    docs = [plain(0, 9.0, 9.2), plain(1, 1.0, 1.0), plain(2, 9.1, 9.0), late(2, 9.4), late(0, 9.2)]
     rows = delay_table(docs).splitlines()
+    assert len(rows) == 5
     assert rows[2] == (
         '| 0 | 9.00 s | 9.20 s | 9.20 s | sensing_latency_s=0.02 | 1.00, 0.80, 0.80 s |'
     )
-    assert rows[3].startswith('| 1 | 9.10 s | 9.00 s | 9.40 s |')
+    assert rows[3].startswith('| 2 | 9.10 s | 9.00 s | 9.40 s |')
     assert rows[-1] == '| mean of 2 | 9.05 s | 9.10 s | 9.30 s | | |'
     with pytest.raises(ValueError, match='seed 0 is given twice'):
         delay_table([*docs, late(0, 9.0)])
     with pytest.raises(ValueError, match='no seed has both'):
         delay_table([plain(0, 9.0, 9.0)])
+    with pytest.raises(ValueError, match='2 rigs'):
+        delay_table([*docs, plain(3, 9.0, 9.0, rig='worn')])
+    with pytest.raises(ValueError, match='2 changes of the rig'):
+        delay_table([*docs, late(1, 9.0, 'sensing_latency_s=0.03')])

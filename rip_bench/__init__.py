@@ -1,9 +1,10 @@
 """Benchmarks of rip_control that print numbers and save them as JSON (not installed).
 
 ``python -m rip_bench NAME [options] --json PATH`` runs one; ``python -m rip_bench table KIND
-FILE...`` makes the markdown table the README shows from saved records. This package sits
-beside ``bench/`` (the shell scripts and ``bench/results/``) and is found from a source checkout
-(``PYTHONPATH``); ``setup.py`` and colcon leave it out of the installed package.
+FILE...`` makes a markdown table of saved records (the README's and results.md's). This
+package sits beside ``bench/`` (the shell scripts and ``bench/results/``) and is found from a
+source checkout (``PYTHONPATH``); ``setup.py`` and colcon leave it out of the installed
+package.
 
 Every benchmark is one module with the same small interface (:class:`rip_bench.cli.Benchmark`):
 

@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     for module in BENCHMARKS:
         p = sub.add_parser(
             module.NAME,
+            allow_abbrev=False,  # an option renamed is refused, not matched by its prefix
             help=module.HELP,
             description=getattr(module, '__doc__', None),
             formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -231,10 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.command == 'table':
         try:
-            records = read_records(a.files)
-        except ValueError as exc:
-            ap.exit(2, f'{ap.prog} table: error: {exc}\n')
-        print(TABLES[a.kind](records))
+            # a table refuses records it cannot make (two rigs, a seed twice, no pair) by name
+            print(TABLES[a.kind](read_records(a.files)))
+        except (KeyError, ValueError) as exc:
+            what = f'not a {a.kind} record: no {exc}' if isinstance(exc, KeyError) else exc
+            ap.exit(2, f'{ap.prog} table {a.kind}: error: {what}\n')
         return 0
     if a.command == docs.NAME:
         try:

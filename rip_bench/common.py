@@ -60,8 +60,18 @@ def add_run_arguments(ap: argparse.ArgumentParser, *names: str) -> None:
 
 def add_deployment_arguments(ap: argparse.ArgumentParser) -> None:
     """``--eval-episodes`` and ``--eval-seconds``: the deterministic deployment measured."""
-    ap.add_argument('--eval-episodes', type=int, default=DEPLOY_EPISODES)
-    ap.add_argument('--eval-seconds', type=float, default=DEPLOY_SECONDS)
+    ap.add_argument(
+        '--eval-episodes',
+        type=int,
+        default=DEPLOY_EPISODES,
+        help='deterministic deployment episodes per policy, from hanging (default: %(default)s)',
+    )
+    ap.add_argument(
+        '--eval-seconds',
+        type=float,
+        default=DEPLOY_SECONDS,
+        help='length of each deployment episode, s (default: %(default)s)',
+    )
 
 
 def module_command(

@@ -46,6 +46,9 @@ from rip_control.stats import tick_stats
 
 NAME = 'v5'
 HELP = 'V5: sim-only vs async vs sync fine-tune on a shifted rig'
+#: the label of ``bench v5 --finetune-rig-set ...`` runs whose fine-tune had the synchronous
+#: arm's observation age added to the rig's latency (``v5delay_*`` records)
+TRAINED_LATE = 'async_trained_late'
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -88,7 +91,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         help='fine-tune on --rig with this physics value changed, deploy on --rig as it is '
         '(e.g. sensing_latency_s=0.02: train under a longer delay; repeatable)',
     )
-    ap.add_argument('--label', default='', help='a name for this configuration (tables)')
+    ap.add_argument(
+        '--label',
+        default='',
+        help=f'a name for this configuration (tables; {TRAINED_LATE!r} marks a run the v5-delay '
+        'table pairs with the V5 run of its seed)',
+    )
 
 
 def _finetune_rig(a: argparse.Namespace, runs: Path) -> str:
@@ -146,7 +154,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         print(f'-- (b) reusing the asynchronous fine-tune in {summary_path.parent}', flush=True)
         ft = json.loads(summary_path.read_text())
     else:
-        print(f'-- (b) asynchronous fine-tune on {a.rig}', flush=True)
+        print(f'-- (b) asynchronous fine-tune on {finetune_rig}', flush=True)
         ft = finetune.run(
             {
                 'policy': a.policy,
@@ -172,7 +180,10 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     sync = None
     sync_dt = np.zeros(0)
     if not a.skip_sync:
-        print(f'-- (c) synchronous fine-tune (SB3 learn(), self-paced env) on {a.rig}', flush=True)
+        print(
+            f'-- (c) synchronous fine-tune (SB3 learn(), self-paced env) on {finetune_rig}',
+            flush=True,
+        )
         with EmulatorProcess(runs / 'sync_rig', ['--params', finetune_rig]) as emu:
             sync = sync_finetune(
                 str(emu.link),
@@ -367,11 +378,6 @@ def v5_seeds_table(docs: list[dict[str, Any]]) -> str:
     return '\n'.join(rows)
 
 
-#: the label of ``bench v5 --finetune-rig-set ...`` runs whose fine-tune had the synchronous
-#: arm's observation age added to the rig's latency (``v5delay_*`` records)
-TRAINED_LATE = 'async_trained_late'
-
-
 def delay_pairs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """``(V5 record, made-later record)`` of each seed both have, by seed.
 
@@ -400,7 +406,7 @@ def delay_pairs(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[s
             )
     seeds = sorted(set(plain) & set(late))
     if not seeds:
-        raise ValueError(f'no seed has both a V5 record and a {TRAINED_LATE} one')
+        raise ValueError(f'no seed has both a V5 record and one labelled {TRAINED_LATE}')
     return [(plain[seed], late[seed]) for seed in seeds]
 
 

@@ -195,6 +195,18 @@ def test_the_table_command_names_a_bad_file(tmp_path, capsys) -> None:
         assert exit_.value.code == 2
         err = capsys.readouterr().err
         assert str(path) in err and why in err, err
+    # Records a table cannot make, named: the wrong kind, or a set it refuses.
+    late = REPO / 'bench' / 'results' / 'v5delay_mild_seed0.json'
+    demo = REPO / 'bench' / 'results' / 'demo_run1.json'
+    for kind, path, why in (
+        ('v5-seeds', demo, "table v5-seeds: error: not a v5-seeds record: no 'rig'"),
+        ('v5-delay', late, 'table v5-delay: error: no seed has both a V5 record and one labelled'),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            bench_main(['table', kind, str(path)])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert why in err, err
 
 
 def test_every_record_says_its_code_machine_and_host_steal() -> None:
@@ -267,19 +279,19 @@ def test_the_sync_arm_counts_how_old_an_observation_is_when_its_action_comes(mon
 
     env = DeadmanTolerantEnv(Rig())  # type: ignore[arg-type]
     env.reset()
-    for between in (0.5, 0.03, 0.02, 0.01):  # the caller's updates, before each action
+    for between in (0.5, 0.05, 0.02, 0.01):  # the caller's updates, before each action
         clock[0] += between
         env.step(0.0)
     # From each observation handed out to the next action: not the step's own second, and
     # not the first action after the reset's observation.
-    assert env.act_delay_s == pytest.approx([0.03, 0.02, 0.01])
+    assert env.act_delay_s == pytest.approx([0.05, 0.02, 0.01])
     clock[0] += 0.2  # the caller before the reset (SB3 resets at an episode's end)
     env.reset()
     clock[0] += 0.4
     env.step(0.0)  # a new episode's first action: not counted either
     assert len(env.act_delay_s) == 3
     assert delay_stats(env.act_delay_s) == pytest.approx(
-        {'n': 3, 'mean': 20.0, 'p50': 20.0, 'p95': 29.0, 'max': 30.0}
+        {'n': 3, 'mean': 80.0 / 3, 'p50': 20.0, 'p95': 47.0, 'max': 50.0}
     )
     assert delay_stats([]) == {'n': 0}
 
@@ -311,7 +323,9 @@ def test_the_delay_table_pairs_each_seed_with_its_made_later_run() -> None:
     assert rows[2] == (
         '| 0 | 9.00 s | 9.20 s | 9.20 s | sensing_latency_s=0.02 | 1.00, 0.80, 0.80 s |'
     )
-    assert rows[3].startswith('| 2 | 9.10 s | 9.00 s | 9.40 s |')
+    assert rows[3] == (
+        '| 2 | 9.10 s | 9.00 s | 9.40 s | sensing_latency_s=0.02 | 0.90, 1.00, 0.60 s |'
+    )
     assert rows[-1] == '| mean of 2 | 9.05 s | 9.10 s | 9.30 s | | |'
     with pytest.raises(ValueError, match='seed 0 is given twice'):
         delay_table([*docs, late(0, 9.0)])
@@ -321,3 +335,62 @@ def test_the_delay_table_pairs_each_seed_with_its_made_later_run() -> None:
         delay_table([*docs, plain(3, 9.0, 9.0, rig='worn')])
     with pytest.raises(ValueError, match='2 changes of the rig'):
         delay_table([*docs, late(1, 9.0, 'sensing_latency_s=0.03')])
+
+
+def test_v5_fine_tunes_both_arms_on_the_changed_rig_and_deploys_on_the_rig(
+    tmp_path, monkeypatch
+) -> None:
+    # Each stage is stopped at its call, its rig recorded: the fine-tunes' and the deployment's.
+    import numpy as np
+
+    from rip_bench import v5
+    from rip_bench.cli import build_parser
+    from rip_control import finetune
+
+    class Reached(Exception):
+        pass
+
+    got: dict[str, object] = {}
+
+    def stop(name):
+        def record(*args, **kwargs):
+            got[name] = (args, kwargs)
+            raise Reached(name)
+
+        return record
+
+    rig = str(REPO / 'bench' / 'rigs' / 'rig_mild.yaml')
+    runs = tmp_path / 'runs'
+
+    def args(*more):
+        return build_parser().parse_args(
+            [
+                'v5',
+                '--rig',
+                rig,
+                '--runs-dir',
+                str(runs),
+                '--finetune-rig-set',
+                'sensing_latency_s=0.02',
+                *more,
+            ]
+        )
+
+    changed = str(runs / 'finetune_rig.yaml')
+    monkeypatch.setattr(finetune, 'run', stop('async'))
+    with pytest.raises(Reached):
+        v5.run(args())
+    assert got['async'][0][0]['rig_params'] == changed
+    # (b) taken from a run on disk, so that (c) and then the deployment are reached
+    done = runs / 'async_finetune'
+    done.mkdir(parents=True)
+    (done / 'summary.json').write_text('{"failure": ""}')
+    np.savez(done / 'ticks.npz', dt_s=np.full(3, 0.02))
+    monkeypatch.setattr(v5, 'EmulatorProcess', stop('sync'))
+    with pytest.raises(Reached):
+        v5.run(args('--reuse-async'))
+    assert got['sync'][0][1] == ['--params', changed]
+    monkeypatch.setattr(v5, 'deploy', stop('deploy'))
+    with pytest.raises(Reached):
+        v5.run(args('--reuse-async', '--skip-sync'))
+    assert got['deploy'][0][1] == rig  # deployed on the rig as it is

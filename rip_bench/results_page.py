@@ -737,18 +737,15 @@ MOONSHOT_RESULT = Result(
 
 # -- 2. V5 -----------------------------------------------------------------------------------
 
+MILD_SEEDS = tuple(range(14))  # the mild rig's V5 seeds, and its made-later runs'
+V5_DELAY_PAIRED = tuple(f'v5_mild_seed{s}.json' for s in MILD_SEEDS)
 V5_SEEDS = (
     *(f'v5_{rig}_seed{s}.json' for rig in ('nominal', 'worn') for s in (0, 1, 2)),
-    # every mild seed recorded (its question is still open: more seeds come)
-    *sorted(
-        (p.name for p in RESULTS.glob('v5_mild_seed*.json')),
-        key=lambda name: int(name.removeprefix('v5_mild_seed').removesuffix('.json')),
-    ),
+    *V5_DELAY_PAIRED,
 )
 # The mild rig's gap, tested: the asynchronous arm fine-tuned on the rig made as late as the
 # synchronous arm acts (``bench v5 --skip-sync --finetune-rig-set ...``), paired by seed.
-V5_DELAY = tuple(f'v5delay_mild_seed{s}.json' for s in range(14))
-V5_DELAY_PAIRED = tuple(n.replace('v5delay_', 'v5_') for n in V5_DELAY)
+V5_DELAY = tuple(f'v5delay_mild_seed{s}.json' for s in MILD_SEEDS)
 V5_HEAVY = tuple(f'v5_heavy_seed{s}.json' for s in (0, 1, 2))
 ARMS = {'sim_only': 'simulation only', 'async_finetuned': 'async', 'sync_finetuned': 'sync'}
 
@@ -820,9 +817,9 @@ def _sign_flip_p(d: np.ndarray, exact_up_to: int = 20) -> float:
     return hits / 2**n
 
 
-def _v5_delay_explained(r: Records, rig: str) -> bool:
+def _v5_delay_explained(r: Records, rig: str = 'mild') -> bool:
     """Whether the made-later runs put ``rig``'s gap down to the synchronous arm's timing."""
-    return rig == 'mild' and _v5_delay_explains(r)
+    return rig == 'mild' and not _v5_delay_shortfalls(r)
 
 
 def _v5_delay_verdict(r: Records, rig: str) -> str:
@@ -835,7 +832,7 @@ def _v5_delay_verdict(r: Records, rig: str) -> str:
         f"deploys at {m['late'].mean():.2f} s against the synchronous arm's "
         f'{m["sync"].mean():.2f} s on the same {len(m["late"])} seeds (next result)'
     )
-    if _v5_delay_explains(r):
+    if _v5_delay_explained(r):
         return (
             "It is the timing within the synchronous arm's tick, which acts on an older "
             f'observation: {said}.'
@@ -1042,11 +1039,6 @@ def _v5_delay_shortfalls(r: Records) -> list[str]:
     return out
 
 
-def _v5_delay_explains(r: Records) -> bool:
-    """Whether the made-later records put the mild rig's gap down to the sync arm's timing."""
-    return not _v5_delay_shortfalls(r)
-
-
 def _sync_delays(r: Records) -> list[dict[str, float]]:
     """The synchronous arm's observation-to-action delay (ms) in the V5 records that have it."""
     return [
@@ -1134,7 +1126,7 @@ def _v5_delay_conclusion(r: Records) -> str:
             'learner. That a longer delay '
             'in training helps on this rig is a finding about this rig and policy, not a setting '
             'this package ships.'
-            if _v5_delay_explains(r)
+            if _v5_delay_explained(r)
             else '**The delay does not explain the gap:** '
             + '; '.join(_v5_delay_shortfalls(r))
             + '.'

@@ -54,6 +54,7 @@ from rip_control.rig.dynamics import (
     Coefficients,
     PendulumParams,
     effective_voltage,
+    lag_gain,
     rk4_step,
 )
 from rip_control.transitions import EXCITATION_VERSION
@@ -467,9 +468,9 @@ def _simulate_group(
         return np.tile(a[group], (p_n,) + (1,) * (a.ndim - 1))
 
     switch_t = tile(win.switch_t) + b.sensing_latency_s[:, None]
-    max_v, dz = b.max_voltage_v[:, None], b.motor_dead_zone_v[:, None]
-    v_eff = effective_voltage(tile(win.switch_v), max_v, dz, ARRAY_OPS)
-    v0 = effective_voltage(tile(win.v_before), b.max_voltage_v, b.motor_dead_zone_v, ARRAY_OPS)
+    limits = (b.max_voltage_v, b.motor_dead_zone_v, b.motor_dead_zone_offset_v)
+    v_eff = effective_voltage(tile(win.switch_v), *(a[:, None] for a in limits), ARRAY_OPS)
+    v0 = effective_voltage(tile(win.v_before), *limits, ARRAY_OPS)
     read_step = np.tile(read_step, (p_n, 1))
     n_steps = int(read_step.max())
     volts = _step_voltages(switch_t, v_eff, v0, h, n_steps).astype(_FLOAT)
@@ -486,8 +487,12 @@ def _simulate_group(
     al_hist = np.empty_like(th_hist)
     th_hist[0], al_hist[0] = x[0], x[1]
     step = _FLOAT(h)
+    lagged = bool(np.any(b.actuator_lag_s > 0.0))
+    gain = lag_gain(h, b.actuator_lag_s).astype(_FLOAT)
+    motor = v0.astype(_FLOAT)  # the motor at the voltage in force before the window
     for i in range(n_steps):
-        x = rk4_step(k, x, step, volts[i], 1.0, ARRAY_OPS)
+        motor = motor + gain * (volts[i] - motor) if lagged else volts[i]
+        x = rk4_step(k, x, step, motor, 1.0, ARRAY_OPS)
         th_hist[i + 1], al_hist[i + 1] = x[0], x[1]
     cols = np.arange(p_n * s_n)[:, None]
     theta = th_hist[read_step, cols].reshape(p_n, s_n, -1)

@@ -103,3 +103,78 @@ def test_params_load_from_yaml(tmp_path):
     p = PendulumParams.from_yaml(f)
     assert p.pendulum_mass_kg == 0.03 and p.motor_dead_zone_v == 0.2
     assert p.arm_mass_kg == PendulumParams().arm_mass_kg
+
+
+def _arm_after(params: PendulumParams, volts: float, seconds: float = 0.5) -> FurutaDynamics:
+    dyn = FurutaDynamics(params)
+    for _ in range(round(seconds / params.physics_step_s)):
+        dyn.step(params.physics_step_s, volts, engaged=True)
+    return dyn
+
+
+def test_an_off_centre_dead_zone_passes_one_direction_sooner_than_the_other():
+    dyn = FurutaDynamics(PendulumParams(motor_dead_zone_v=1.0, motor_dead_zone_offset_v=0.4))
+    assert dyn.effective_voltage(1.3) == 0.0  # the positive edge is at 1.4 V
+    assert dyn.effective_voltage(1.5) == 1.5
+    assert dyn.effective_voltage(-0.7) == -0.7  # the negative edge is at -0.6 V
+    assert dyn.effective_voltage(-0.5) == 0.0
+
+
+def test_static_friction_holds_the_arm_under_a_voltage_the_coulomb_level_alone_lets_through():
+    coulomb = PendulumParams(arm_coulomb_friction_nm=0.002)
+    sticky = PendulumParams(arm_coulomb_friction_nm=0.002, arm_static_friction_nm=0.004)
+    # 1 V stalls at 5 mN m: above the Coulomb level, below Coulomb + static.
+    assert abs(_arm_after(coulomb, 1.0).theta) > 0.05
+    assert abs(_arm_after(sticky, 1.0).theta) < 0.01
+    assert abs(_arm_after(sticky, 3.0).theta) > 0.05  # above the breakaway it moves
+
+
+def test_the_cable_pulls_the_arm_back_towards_zero():
+    dyn = FurutaDynamics(PendulumParams(arm_cable_stiffness_nm_per_rad=0.01))
+    dyn.set_state(1.0, 0.0)
+    for _ in range(2000):  # 1 s, driver off
+        dyn.step(dyn.params.physics_step_s, 0.0, engaged=False)
+    assert dyn.theta < 0.9
+    free = FurutaDynamics(PendulumParams())
+    free.set_state(1.0, 0.0)
+    free.advance(1.0, 0.0, engaged=False)
+    assert free.theta == pytest.approx(1.0, abs=1e-6)
+
+
+def test_the_actuator_lag_delays_the_motor_voltage_by_its_time_constant():
+    lag = 0.01
+    dyn = FurutaDynamics(PendulumParams(actuator_lag_s=lag))
+    h = dyn.params.physics_step_s
+    for _ in range(round(lag / h)):
+        dyn.step(h, 5.0, engaged=True)
+    assert dyn.motor_volts == pytest.approx(5.0 * (1 - math.exp(-1)), rel=0.03)
+    dyn.step(h, 5.0, engaged=False)  # a disengaged driver drives nothing
+    assert dyn.motor_volts == 0.0
+    assert FurutaDynamics(PendulumParams()).params.actuator_lag_s == 0.0
+    assert _arm_after(PendulumParams(), 5.0, 0.02).theta > _arm_after(
+        PendulumParams(actuator_lag_s=lag), 5.0, 0.02
+    ).theta
+
+
+def test_a_heavier_inertia_about_the_centre_of_mass_slows_the_swing():
+    def period(params: PendulumParams) -> float:
+        dyn = FurutaDynamics(params)
+        dyn.set_state(0.0, 0.05)
+        crossings, t, prev = [], 0.0, dyn.alpha
+        while len(crossings) < 3:
+            dyn.step(params.physics_step_s, 0.0, engaged=False)
+            t += params.physics_step_s
+            if prev < 0.0 <= dyn.alpha:
+                crossings.append(t)
+            prev = dyn.alpha
+        return crossings[2] - crossings[1]
+
+    assert period(PendulumParams(pendulum_inertia_factor=2.0)) > 1.05 * period(PendulumParams())
+
+
+def test_the_dead_zone_offset_must_lie_within_the_dead_zone():
+    with pytest.raises(ValueError, match='motor_dead_zone_offset_v'):
+        PendulumParams(motor_dead_zone_v=0.2, motor_dead_zone_offset_v=0.3)
+    assert PendulumParams(motor_dead_zone_v=0.2, motor_dead_zone_offset_v=-0.2)
+    with pytest.raises(ValueError, match='pendulum_inertia_factor'):
+        PendulumParams(pendulum_inertia_factor=0.0)

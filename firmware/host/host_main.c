@@ -651,7 +651,9 @@ static void set_param(const char *assignment)
     }
     memcpy(name, assignment, (size_t)(eq - assignment));
     name[eq - assignment] = '\0';
-    if (!plant_set_param(&g_params, name, parse_double(name, eq + 1, 0.0))) {
+    /* the one signed parameter (SIGNED in dynamics.py); its bound is checked in Python */
+    double min = strcmp(name, "motor_dead_zone_offset_v") == 0 ? -INFINITY : 0.0;
+    if (!plant_set_param(&g_params, name, parse_double(name, eq + 1, min))) {
         usage_error("unknown rig parameter '%s'", name);
     }
 }

@@ -19,14 +19,19 @@ void plant_default_params(plant_params_t *p)
     p->rotor_and_hub_inertia_kg_m2 = 4.6e-6;
     p->max_voltage_v = 10.0;
     p->motor_dead_zone_v = 0.0;
+    p->motor_dead_zone_offset_v = 0.0;
+    p->actuator_lag_s = 0.0;
     p->arm_mass_kg = 0.095;
     p->arm_length_m = 0.085;
     p->arm_viscous_damping_nms_per_rad = 5.0e-4;
     p->arm_coulomb_friction_nm = 0.0;
+    p->arm_static_friction_nm = 0.0;
+    p->arm_cable_stiffness_nm_per_rad = 0.0;
     p->arm_limit_rad = 2.0;
     p->pendulum_mass_kg = 0.024;
     p->pendulum_length_m = 0.129;
     p->pendulum_viscous_damping_nms_per_rad = 3.0e-5;
+    p->pendulum_inertia_factor = 1.0;
     p->gravity_m_s2 = 9.81;
     p->encoder_counts_per_rev = 2048;
     p->encoder_noise_counts = 0.0;
@@ -45,14 +50,19 @@ static const struct {
     PARAM(rotor_and_hub_inertia_kg_m2),
     PARAM(max_voltage_v),
     PARAM(motor_dead_zone_v),
+    PARAM(motor_dead_zone_offset_v),
+    PARAM(actuator_lag_s),
     PARAM(arm_mass_kg),
     PARAM(arm_length_m),
     PARAM(arm_viscous_damping_nms_per_rad),
     PARAM(arm_coulomb_friction_nm),
+    PARAM(arm_static_friction_nm),
+    PARAM(arm_cable_stiffness_nm_per_rad),
     PARAM(arm_limit_rad),
     PARAM(pendulum_mass_kg),
     PARAM(pendulum_length_m),
     PARAM(pendulum_viscous_damping_nms_per_rad),
+    PARAM(pendulum_inertia_factor),
     PARAM(gravity_m_s2),
     PARAM(encoder_counts_per_rev),
     PARAM(encoder_noise_counts),
@@ -79,7 +89,8 @@ void plant_init(plant_t *s, const plant_params_t *params)
     double jr;
     memset(s, 0, sizeof *s);
     s->p = *params;
-    s->jp = p->pendulum_mass_kg * p->pendulum_length_m * p->pendulum_length_m / 12.0 +
+    s->jp = p->pendulum_inertia_factor * p->pendulum_mass_kg * p->pendulum_length_m *
+                p->pendulum_length_m / 12.0 +
             p->pendulum_mass_kg * l * l;
     jr = p->arm_mass_kg * p->arm_length_m * p->arm_length_m / 12.0 +
          p->rotor_and_hub_inertia_kg_m2;
@@ -91,6 +102,8 @@ void plant_init(plant_t *s, const plant_params_t *params)
     s->br = p->arm_viscous_damping_nms_per_rad;
     s->bp = p->pendulum_viscous_damping_nms_per_rad;
     s->fc = p->arm_coulomb_friction_nm;
+    s->fs = p->arm_static_friction_nm;
+    s->kc = p->arm_cable_stiffness_nm_per_rad;
 }
 
 void plant_set_state(plant_t *s, double theta, double alpha, double theta_dot, double alpha_dot)
@@ -100,26 +113,35 @@ void plant_set_state(plant_t *s, double theta, double alpha, double theta_dot, d
     s->theta_dot = theta_dot;
     s->alpha_dot = alpha_dot;
     s->at_limit = fabs(theta) >= s->p.arm_limit_rad;
+    s->motor_volts = 0.0;
 }
 
 static double effective_voltage(const plant_t *s, double v)
 {
     double vmax = s->p.max_voltage_v;
     v = v > vmax ? vmax : (v < -vmax ? -vmax : v);
-    return fabs(v) < s->p.motor_dead_zone_v ? 0.0 : v;
+    return fabs(v - s->p.motor_dead_zone_offset_v) < s->p.motor_dead_zone_v ? 0.0 : v;
 }
 
-static void accel(const plant_t *s, double alpha, double td, double ad, double v, bool engaged,
-                  double *out_t, double *out_a)
+static void accel(const plant_t *s, double theta, double alpha, double td, double ad, double v,
+                  bool engaged, double *out_t, double *out_a)
 {
     double sa = sin(alpha), ca = cos(alpha);
     double torque = -s->br * td;
+    double friction = s->fc;
     double jps, rhs1, rhs2, m11, m12, m22, det;
     if (engaged) {
         torque += s->kt_over_r * (v - s->km * td);
     }
-    if (s->fc != 0.0) {
-        torque -= s->fc * tanh(td / 0.01);
+    if (s->fs != 0.0) {
+        /* the Stribeck velocity: STRIBECK_VELOCITY_RAD_S in dynamics.py */
+        friction += s->fs * exp(-((td / 0.1) * (td / 0.1)));
+    }
+    if (friction != 0.0) {
+        torque -= friction * tanh(td / 0.01);
+    }
+    if (s->kc != 0.0) {
+        torque -= s->kc * theta;
     }
     jps = s->jp * sa;
     rhs1 = torque - 2.0 * jps * ca * td * ad + s->mrl * sa * (ad * ad);
@@ -153,20 +175,24 @@ static void apply_hard_stop(plant_t *s)
 
 void plant_step(plant_t *s, double dt, double voltage_v, bool engaged)
 {
-    double v = effective_voltage(s, voltage_v);
+    double v = engaged ? effective_voltage(s, voltage_v) : 0.0;
     double th = s->theta, al = s->alpha, td = s->theta_dot, ad = s->alpha_dot;
     double k1t, k1a, k2t, k2a, k3t, k3a, k4t, k4a;
     double h2 = 0.5 * dt, td2, ad2, td3, ad3, td4, ad4, h6;
-    accel(s, al, td, ad, v, engaged, &k1t, &k1a);
-    accel(s, al + h2 * ad, td + h2 * k1t, ad + h2 * k1a, v, engaged, &k2t, &k2a);
+    if (s->p.actuator_lag_s > 0.0 && engaged) {
+        v = s->motor_volts - expm1(-dt / s->p.actuator_lag_s) * (v - s->motor_volts);
+    }
+    s->motor_volts = v;
+    accel(s, th, al, td, ad, v, engaged, &k1t, &k1a);
     td2 = td + h2 * k1t;
     ad2 = ad + h2 * k1a;
-    accel(s, al + h2 * ad2, td + h2 * k2t, ad + h2 * k2a, v, engaged, &k3t, &k3a);
+    accel(s, th + h2 * td, al + h2 * ad, td2, ad2, v, engaged, &k2t, &k2a);
     td3 = td + h2 * k2t;
     ad3 = ad + h2 * k2a;
-    accel(s, al + dt * ad3, td + dt * k3t, ad + dt * k3a, v, engaged, &k4t, &k4a);
+    accel(s, th + h2 * td2, al + h2 * ad2, td3, ad3, v, engaged, &k3t, &k3a);
     td4 = td + dt * k3t;
     ad4 = ad + dt * k3a;
+    accel(s, th + dt * td3, al + dt * ad3, td4, ad4, v, engaged, &k4t, &k4a);
     h6 = dt / 6.0;
     s->theta = th + h6 * (td + 2.0 * td2 + 2.0 * td3 + td4);
     s->alpha = al + h6 * (ad + 2.0 * ad2 + 2.0 * ad3 + ad4);

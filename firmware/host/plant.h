@@ -15,14 +15,19 @@ typedef struct {
     double rotor_and_hub_inertia_kg_m2;
     double max_voltage_v;
     double motor_dead_zone_v;
+    double motor_dead_zone_offset_v;
+    double actuator_lag_s;
     double arm_mass_kg;
     double arm_length_m;
     double arm_viscous_damping_nms_per_rad;
     double arm_coulomb_friction_nm;
+    double arm_static_friction_nm;
+    double arm_cable_stiffness_nm_per_rad;
     double arm_limit_rad;
     double pendulum_mass_kg;
     double pendulum_length_m;
     double pendulum_viscous_damping_nms_per_rad;
+    double pendulum_inertia_factor;
     double gravity_m_s2;
     double encoder_counts_per_rev;
     double encoder_noise_counts;
@@ -33,9 +38,10 @@ typedef struct {
 typedef struct {
     plant_params_t p;
     /* derived constants */
-    double jp, j0, mrl, mgl, kt_over_r, km, br, bp, fc;
+    double jp, j0, mrl, mgl, kt_over_r, km, br, bp, fc, fs, kc;
     /* state */
     double theta, alpha, theta_dot, alpha_dot;
+    double motor_volts; /* what the motor sees: the driver's output after the lag */
     bool at_limit;
 } plant_t;
 

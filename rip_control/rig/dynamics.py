@@ -6,16 +6,28 @@ so the two can never drift apart.
 Coordinates: ``theta`` is the arm angle about the vertical motor axis; ``alpha`` is the
 pendulum angle about the arm, **zero hanging down**, ``pi`` upright. The equations follow from
 the Lagrangian of Cazzolato & Prime, "On the dynamics of the Furuta pendulum" (2011), for a
-thin-rod pendulum swinging in the plane perpendicular to the arm::
+pendulum swinging in the plane perpendicular to the arm::
 
     M(a) [th'', a'']^T = [tau - b_r th' - 2 Jp s c th' a' + m r l s a'^2,
                           -b_p a' + Jp s c th'^2 - m g l s]^T
     M(a) = [[J_r + m r^2 + Jp s^2, m r l c], [m r l c, Jp]],   s = sin a, c = cos a
 
-with ``Jp = m L^2/12 + m l^2`` the pendulum's inertia about its pivot, ``l = L/2``, ``r`` the
-arm length and ``J_r`` the arm (``m_r L_r^2/12``) plus rotor and hub inertia. The motor is an
+with ``Jp = f m L^2/12 + m l^2`` the pendulum's inertia about its pivot, ``l = L/2`` its centre
+of mass, ``f`` (``pendulum_inertia_factor``, 1 for a thin rod) its inertia about the centre of
+mass over a thin rod's, ``r`` the arm length and ``J_r`` the arm (``m_r L_r^2/12``) plus rotor
+and hub inertia. Any rigid pendulum whose principal axis lies along it maps onto ``(m, L, f)``
+exactly: ``L`` is then twice its centre of mass's distance from the pivot. The motor is an
 armature-resistance model, ``tau = k_t (V - k_m th') / R_m``, applied only while the driver is
 engaged; a disengaged driver leaves the motor open-circuit (no torque, no back-EMF braking).
+
+The arm's torque also holds: viscous damping; friction ``(F_c + F_s exp(-(th'/v_s)^2))
+tanh(th'/v_e)`` (Coulomb ``F_c`` plus a static excess ``F_s`` that decays with speed, the
+Stribeck effect); and the cable's restoring torque ``-k_c th``. The voltage the motor sees is
+the command clamped to the limit, zero inside a dead zone that may sit off centre (from
+``-(dz - off)`` to ``dz + off``), then lagged by a first-order filter of time constant
+``actuator_lag_s`` (the driver's and the winding's response). The sensing latency shifts the
+readings; a transport delay of the command is indistinguishable from it in the closed loop and
+in the readings, so one latency stands for both.
 The arm's cable hard stop is an inelastic impact: the arm stops and the pendulum keeps its
 generalised momentum.
 """
@@ -31,6 +43,8 @@ import numpy as np
 import yaml
 
 TWO_PI = 2.0 * math.pi
+SIGNED = ('motor_dead_zone_offset_v',)
+"""The parameters that may be negative."""
 
 
 @dataclass(frozen=True)
@@ -43,17 +57,22 @@ class PendulumParams:
     motor_back_emf_v_s_per_rad: float = 0.042
     rotor_and_hub_inertia_kg_m2: float = 4.6e-6
     max_voltage_v: float = 10.0
-    motor_dead_zone_v: float = 0.0  # |V| below this produces no current
+    motor_dead_zone_v: float = 0.0  # |V| below this produces no current (centred dead zone)
+    motor_dead_zone_offset_v: float = 0.0  # the dead zone spans -(dz - this) to dz + this
+    actuator_lag_s: float = 0.0  # first-order time constant of the voltage the motor sees
     # rotary arm
     arm_mass_kg: float = 0.095
     arm_length_m: float = 0.085
     arm_viscous_damping_nms_per_rad: float = 5.0e-4
     arm_coulomb_friction_nm: float = 0.0
+    arm_static_friction_nm: float = 0.0  # breakaway friction above the Coulomb level
+    arm_cable_stiffness_nm_per_rad: float = 0.0  # the cable's restoring torque per rad
     arm_limit_rad: float = 2.0  # cable hard stop at +/- this angle
     # pendulum
     pendulum_mass_kg: float = 0.024
     pendulum_length_m: float = 0.129
     pendulum_viscous_damping_nms_per_rad: float = 3.0e-5
+    pendulum_inertia_factor: float = 1.0  # inertia about its centre of mass over a thin rod's
     gravity_m_s2: float = 9.81
     # sensing
     encoder_counts_per_rev: int = 2048
@@ -79,14 +98,20 @@ class PendulumParams:
             'gravity_m_s2',
             'encoder_counts_per_rev',
             'physics_rate_hz',
+            'pendulum_inertia_factor',
         )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f'PendulumParams.{name} must be > 0, got {getattr(self, name)!r}')
         for f in fields(self):
             value = getattr(self, f.name)
-            if value < 0:
+            if value < 0 and f.name not in SIGNED:
                 raise ValueError(f'PendulumParams.{f.name} must be >= 0, got {value!r}')
+        if abs(self.motor_dead_zone_offset_v) > self.motor_dead_zone_v:
+            raise ValueError(
+                'motor_dead_zone_offset_v must lie within +/- motor_dead_zone_v '
+                f'({self.motor_dead_zone_v!r}), got {self.motor_dead_zone_offset_v!r}'
+            )
         if self.physics_rate_hz < 1000.0:
             raise ValueError(f'physics_rate_hz must be >= 1000, got {self.physics_rate_hz!r}')
         if self.arm_limit_rad > math.pi:
@@ -122,6 +147,7 @@ class PendulumParams:
 
 
 FRICTION_VELOCITY_RAD_S = 0.01  # the Coulomb friction's tanh smoothing velocity
+STRIBECK_VELOCITY_RAD_S = 0.1  # the static friction's decay with speed
 
 
 class Coefficients:
@@ -135,7 +161,7 @@ class Coefficients:
         m = p.pendulum_mass_kg
         self.r = p.arm_length_m
         self.l_com = p.pendulum_length_m / 2.0
-        self.jp = m * p.pendulum_length_m**2 / 12.0 + m * self.l_com**2
+        self.jp = p.pendulum_inertia_factor * m * p.pendulum_length_m**2 / 12.0 + m * self.l_com**2
         jr = p.arm_mass_kg * p.arm_length_m**2 / 12.0 + p.rotor_and_hub_inertia_kg_m2
         self.mrl = m * self.r * self.l_com
         self.mgl = m * p.gravity_m_s2 * self.l_com
@@ -145,26 +171,32 @@ class Coefficients:
         self.br = p.arm_viscous_damping_nms_per_rad
         self.bp = p.pendulum_viscous_damping_nms_per_rad
         self.fc = p.arm_coulomb_friction_nm
+        self.fs = p.arm_static_friction_nm
+        self.kc = p.arm_cable_stiffness_nm_per_rad
         self.limit = p.arm_limit_rad
 
 
 class _Ops:
     """The math the equations need, for floats (``math``) or arrays (``numpy``)."""
 
-    def __init__(self, sin: Any, cos: Any, tanh: Any, where: Any, any_: Any) -> None:
-        self.sin, self.cos, self.tanh, self.where, self.any = sin, cos, tanh, where, any_
+    def __init__(
+        self, sin: Any, cos: Any, tanh: Any, exp: Any, where: Any, any_: Any
+    ) -> None:
+        self.sin, self.cos, self.tanh, self.exp = sin, cos, tanh, exp
+        self.where, self.any = where, any_
 
 
 def _where_float(cond: bool, a: float, b: float) -> float:
     return a if cond else b
 
 
-FLOAT_OPS = _Ops(math.sin, math.cos, math.tanh, _where_float, bool)
-ARRAY_OPS = _Ops(np.sin, np.cos, np.tanh, np.where, np.any)  # a batch of rigs, elementwise
+FLOAT_OPS = _Ops(math.sin, math.cos, math.tanh, math.exp, _where_float, bool)
+ARRAY_OPS = _Ops(np.sin, np.cos, np.tanh, np.exp, np.where, np.any)  # a batch of rigs, elementwise
 
 
 def accelerations(
     k: Coefficients,
+    theta: Any,
     alpha: Any,
     theta_dot: Any,
     alpha_dot: Any,
@@ -175,7 +207,12 @@ def accelerations(
     """``(theta'', alpha'')`` of the equations of motion (the module docstring's)."""
     s, c = ops.sin(alpha), ops.cos(alpha)
     torque = engaged * k.kt_over_r * (volts - k.km * theta_dot) - k.br * theta_dot
-    torque = torque - k.fc * ops.tanh(theta_dot / FRICTION_VELOCITY_RAD_S)
+    friction = k.fc
+    if ops.any(k.fs):
+        friction = friction + k.fs * ops.exp(-((theta_dot / STRIBECK_VELOCITY_RAD_S) ** 2))
+    torque = torque - friction * ops.tanh(theta_dot / FRICTION_VELOCITY_RAD_S)
+    if ops.any(k.kc):
+        torque = torque - k.kc * theta
     jps = k.jp * s
     rhs1 = torque - 2.0 * jps * c * theta_dot * alpha_dot + k.mrl * s * alpha_dot**2
     rhs2 = -k.bp * alpha_dot + jps * c * theta_dot**2 - k.mgl * s
@@ -196,14 +233,14 @@ def rk4_step(k: Coefficients, x: State, h: Any, volts: Any, engaged: Any, ops: _
     only, so the pendulum's generalised momentum ``M21 th' + M22 a'`` is conserved.
     """
     th, al, td, ad = x
-    k1t, k1a = accelerations(k, al, td, ad, volts, engaged, ops)
+    k1t, k1a = accelerations(k, th, al, td, ad, volts, engaged, ops)
     h2 = 0.5 * h
     td2, ad2 = td + h2 * k1t, ad + h2 * k1a
-    k2t, k2a = accelerations(k, al + h2 * ad, td2, ad2, volts, engaged, ops)
+    k2t, k2a = accelerations(k, th + h2 * td, al + h2 * ad, td2, ad2, volts, engaged, ops)
     td3, ad3 = td + h2 * k2t, ad + h2 * k2a
-    k3t, k3a = accelerations(k, al + h2 * ad2, td3, ad3, volts, engaged, ops)
+    k3t, k3a = accelerations(k, th + h2 * td2, al + h2 * ad2, td3, ad3, volts, engaged, ops)
     td4, ad4 = td + h * k3t, ad + h * k3a
-    k4t, k4a = accelerations(k, al + h * ad3, td4, ad4, volts, engaged, ops)
+    k4t, k4a = accelerations(k, th + h * td3, al + h * ad3, td4, ad4, volts, engaged, ops)
     h6 = h / 6.0
     th = th + h6 * (td + 2.0 * td2 + 2.0 * td3 + td4)
     al = al + h6 * (ad + 2.0 * ad2 + 2.0 * ad3 + ad4)
@@ -219,11 +256,24 @@ def rk4_step(k: Coefficients, x: State, h: Any, volts: Any, engaged: Any, ops: _
     return th, al, td, ad
 
 
-def effective_voltage(volts: Any, max_voltage_v: Any, dead_zone_v: Any, ops: _Ops) -> Any:
-    """Voltage the motor actually sees: clamped to the limit, zero inside the dead zone."""
+def effective_voltage(
+    volts: Any, max_voltage_v: Any, dead_zone_v: Any, offset_v: Any, ops: _Ops
+) -> Any:
+    """Voltage the driver passes on: clamped to the limit, zero inside the dead zone.
+
+    The dead zone spans ``-(dead_zone_v - offset_v)`` to ``dead_zone_v + offset_v``.
+    """
     v = ops.where(volts > max_voltage_v, max_voltage_v, volts)
     v = ops.where(v < -max_voltage_v, -max_voltage_v, v)
-    return ops.where(abs(v) < dead_zone_v, 0.0, v)
+    return ops.where(abs(v - offset_v) < dead_zone_v, 0.0, v)
+
+
+def lag_gain(h: float, lag_s: np.ndarray) -> np.ndarray:
+    """The share of the gap to the command a first-order lag closes in one step of ``h``.
+
+    Of each rig of a batch (1 where there is no lag).
+    """
+    return np.where(lag_s > 0.0, -np.expm1(-h / np.maximum(lag_s, 1e-12)), 1.0)
 
 
 class FurutaDynamics:
@@ -240,6 +290,7 @@ class FurutaDynamics:
         self.theta_dot = 0.0
         self.alpha_dot = 0.0
         self.at_limit = False
+        self.motor_volts = 0.0  # what the motor sees: the driver's output after the lag
 
     # -- state -----------------------------------------------------------------------------
 
@@ -249,6 +300,7 @@ class FurutaDynamics:
         """Place the pendulum (simulation and tests only: a real rig cannot be teleported)."""
         self.theta, self.alpha, self.theta_dot, self.alpha_dot = theta, alpha, theta_dot, alpha_dot
         self.at_limit = abs(theta) >= self.params.arm_limit_rad
+        self.motor_volts = 0.0
 
     @property
     def state(self) -> tuple[float, float, float, float]:
@@ -265,15 +317,28 @@ class FurutaDynamics:
         return kinetic + k.mgl * (1.0 - c)
 
     def effective_voltage(self, voltage_v: float) -> float:
-        """Voltage the motor actually sees: clamped to the limit, minus the dead zone."""
+        """Voltage the driver passes on: clamped to the limit, minus the dead zone."""
         p = self.params
-        return float(effective_voltage(voltage_v, p.max_voltage_v, p.motor_dead_zone_v, FLOAT_OPS))
+        return float(
+            effective_voltage(
+                voltage_v, p.max_voltage_v, p.motor_dead_zone_v, p.motor_dead_zone_offset_v,
+                FLOAT_OPS,
+            )
+        )
 
     # -- integration -----------------------------------------------------------------------
 
     def step(self, dt_s: float, voltage_v: float, engaged: bool) -> None:
-        """Advance by ``dt_s`` with the voltage held (zero-order hold), then apply the stop."""
-        v = self.effective_voltage(voltage_v)
+        """Advance by ``dt_s`` with the voltage held (zero-order hold), then apply the stop.
+
+        With an actuator lag the motor's voltage moves towards the driver's output at the
+        step's start and is held through it (the lag is long against a physics step).
+        """
+        v = self.effective_voltage(voltage_v) if engaged else 0.0  # open circuit: at once
+        lag = self.params.actuator_lag_s
+        if lag > 0.0 and engaged:
+            v = self.motor_volts - math.expm1(-dt_s / lag) * (v - self.motor_volts)
+        self.motor_volts = v
         x = rk4_step(self._k, self.state, dt_s, v, engaged, FLOAT_OPS)
         self.theta, self.alpha, self.theta_dot, self.alpha_dot = x
         self.at_limit = abs(self.theta) >= self.params.arm_limit_rad

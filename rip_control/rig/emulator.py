@@ -2,7 +2,9 @@
 
 Run it as ``python -m rip_control.rig.emulator [--link /tmp/rip_rig] [--params rig.yaml]``.
 It creates a pty pair, links the device at ``--link``, prints one ``READY <device> <link>``
-line, and serves ``docs/serial_protocol.md`` until SIGINT/SIGTERM, when it removes the link.
+line (ending ``plant=gap`` when the rig file's ``gap:`` section makes it serve the
+reality-gap plant of :mod:`rip_control.rig.gap_plant` instead of the model's), and serves
+``docs/serial_protocol.md`` until SIGINT/SIGTERM, when it removes the link.
 The physics advances with the monotonic clock in fixed steps whether or not anyone talks to
 it, and the firmware deadman disengages the motor when the host goes quiet, exactly as the
 firmware spec requires. Command-line options inject faults for tests.
@@ -25,7 +27,8 @@ import time
 import tty
 
 from rip_control.rig.dynamics import FurutaDynamics, PendulumParams
-from rip_control.rig.host_firmware import FIRMWARES
+from rip_control.rig.gap_plant import GapPlant, load_rig
+from rip_control.rig.host_firmware import FIRMWARES, refuse_gap_rig
 from rip_control.rig.protocol import (
     PROTOCOL_VERSION,
     REPLY_BIT,
@@ -121,6 +124,8 @@ class Firmware:
         for this long.
     :param start_time_s: monotonic time of power-on; timestamps count from it.
     :param seed: seed for encoder noise.
+    :param plant: the reality-gap plant to serve instead of the model's (its readings' ages
+        vary beyond ``params.sensing_latency_s``); None: :class:`FurutaDynamics`.
     """
 
     def __init__(
@@ -130,9 +135,15 @@ class Firmware:
         deadman_timeout_ms: int = 100,
         start_time_s: float = 0.0,
         seed: int | None = None,
+        plant: GapPlant | None = None,
     ) -> None:
         self.params = params
-        self.dynamics = FurutaDynamics(params)
+        self.dynamics: FurutaDynamics | GapPlant = (
+            FurutaDynamics(params) if plant is None else plant
+        )
+        self._plant = plant
+        # How far back the readings may reach: the rig's latency, and the gap plant's extra age.
+        self._history_s = params.sensing_latency_s + (plant.max_sample_age_s if plant else 0.0)
         self.deadman_timeout_ms = deadman_timeout_ms
         self.engaged = False
         self.deadman_tripped = False
@@ -190,7 +201,7 @@ class Firmware:
             volts = -self.voltage_v if 'motor' in self.reversed else self.voltage_v
             self.dynamics.step(h, volts, self.engaged)
             self._sim_time_s += h
-            if self.params.sensing_latency_s > 0.0:
+            if self._history_s > 0.0:
                 self._record_history()
         self._check_deadman(now_s)
 
@@ -212,7 +223,7 @@ class Firmware:
     def _record_history(self) -> None:
         arm, pend = self.dynamics.encoder_counts()
         self._history.append((self._sim_time_s, arm, pend))
-        horizon = self.params.sensing_latency_s + 0.1
+        horizon = self._history_s + 0.1
         while self._history and self._history[0][0] < self._sim_time_s - horizon:
             self._history.popleft()
 
@@ -235,8 +246,13 @@ class Firmware:
     def sample(self) -> RigState:
         """The state a GET_STATE reply carries (delayed by the sensing latency, if any)."""
         t_s = self._sim_time_s
-        if self.params.sensing_latency_s > 0.0 and self._history:
-            wanted = t_s - self.params.sensing_latency_s
+        latency_s = self.params.sensing_latency_s
+        if self._plant is not None:
+            latency_s += self._plant.sample_age_s()
+        if latency_s > 0.0 and self._history:
+            wanted = t_s - latency_s
+            if self._plant is not None and self._last_reading is not None:
+                wanted = max(wanted, self._last_reading[0])  # no reading older than the last
             t_s, arm, pend = self._history[0]
             for entry in self._history:
                 if entry[0] > wanted:
@@ -673,7 +689,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopSignals().install()
     args = build_arg_parser().parse_args(argv)
     try:
-        params = PendulumParams.from_yaml(args.params) if args.params else PendulumParams()
+        params, gap = load_rig(args.params) if args.params else (PendulumParams(), None)
+        if gap is not None and args.firmware == 'c':
+            refuse_gap_rig(args.params)
         faults = FaultConfig(
             drop_every=args.drop_every,
             garbage_every=args.garbage_every,
@@ -730,8 +748,9 @@ def main(argv: list[str] | None = None) -> int:
     link = Path(args.link)
     rt_note = try_realtime(args.rt_priority, cpu=args.cpu if args.cpu >= 0 else None)
     start = time.monotonic()
+    plant = GapPlant(params, gap, seed=args.seed) if gap is not None else None
     firmware = Firmware(
-        params, deadman_timeout_ms=args.deadman_ms, start_time_s=start, seed=args.seed
+        params, deadman_timeout_ms=args.deadman_ms, start_time_s=start, seed=args.seed, plant=plant
     )
     firmware.stuck_driver = args.stuck_driver
     firmware.no_deadman = args.no_deadman
@@ -741,6 +760,8 @@ def main(argv: list[str] | None = None) -> int:
     server.stop_grace_s = max(0.0, args.stop_grace_ms) / 1000.0
     firmware.on_event = on_event
     ready = f'READY {device} {link} physics={params.physics_rate_hz:.0f}Hz {rt_note}'
+    if plant is not None:
+        ready += ' plant=gap'
     try:
         _make_link(link, device)
         print(ready, flush=True)

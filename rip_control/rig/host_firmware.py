@@ -50,6 +50,14 @@ _PASSED = (
 )
 
 
+def refuse_gap_rig(params_path: str) -> None:
+    """Refuse a rig file with a ``gap:`` section: the C plant plays the model's terms only."""
+    raise ValueError(
+        f"{params_path} has a gap: section, and the C firmware's plant does not play the gap "
+        'effects (rip_control.rig.gap_plant): use the Python firmware (--firmware python)'
+    )
+
+
 class FirmwareNotBuilt(RuntimeError):
     """The host firmware binary is missing."""
 

@@ -142,6 +142,7 @@ _MAGNITUDES = (
     'command_delay_s',
     'motor_inductance_h',
     'tip_mass_kg',
+    'rod_radius_m',
     'backlash_rad',
     'sample_age_jitter_s',
     'sample_age_tail_s',
@@ -245,10 +246,20 @@ class GapEffects:
         return self.sample_age_jitter_s + AGE_TAIL_CUT * self.sample_age_tail_s
 
     def scaled(self, factor: float) -> GapEffects:
-        """The same effects with every magnitude times ``factor`` (0: all neutral)."""
+        """The same effects, each ``factor`` times as strong (0: all neutral).
+
+        Magnitudes (torques, thresholds, delays, play, tip mass, rod radius, ages) scale by
+        ``factor``, the driver's bandwidth by its inverse (its lag scales); the encoders keep
+        their resolution unless ``factor`` is 0.
+        """
         if not (math.isfinite(factor) and factor >= 0.0):
             raise ValueError(f'scale factor must be a finite number >= 0, got {factor!r}')
-        return replace(self, **{name: getattr(self, name) * factor for name in _MAGNITUDES})
+        values = {name: getattr(self, name) * factor for name in _MAGNITUDES}
+        if factor == 0.0:
+            values.update(driver_bandwidth_hz=0.0, arm_counts_per_rev=0, pendulum_counts_per_rev=0)
+        else:
+            values['driver_bandwidth_hz'] = self.driver_bandwidth_hz / factor
+        return replace(self, **values)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = 'gap') -> GapEffects:

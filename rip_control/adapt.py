@@ -42,6 +42,14 @@ folder records ``rig_seconds`` (engaged or resetting: excitation, evaluations, t
 episodes, resets), ``wall_seconds``, ``identified`` (name -> value and uncertainty),
 ``deployment`` (``prior_balance_s``, ``adapted_balance_s`` and their per-episode lists) and
 each phase; ``adapt.png`` plots the balance against the rig time.
+
+The summary is the run's record, rewritten (atomically) as each phase completes: ``status``
+``running``, then ``done``, or ``failed``/``interrupted`` with ``error`` naming the phase that
+ended so and why; each phase's entry in ``phases`` holds its ``status``, rig and wall seconds
+and what later phases read of it. ``resume:=true`` continues a run that did not finish from its
+record: the finished phases are read from it, not run again, the folder of the one that did not
+finish is set aside (``3_finetune.failed-1``, listed in ``set_aside`` with its rig time) and the
+loop goes on from there, its rig time so far counted towards ``rig_minutes``.
 """
 
 from __future__ import annotations
@@ -86,6 +94,14 @@ OPTIONS = (
         'moved by more than the identification counts as determined and the rig budget has '
         "room for a second candidate's deployment, re-train at it and judge that candidate too",
     ),
+    Param(
+        'resume',
+        False,
+        "continue run_name's run that did not finish, from its adapt_summary.json: the finished "
+        'phases are read from it, not run again (their rig time counts towards rig_minutes), '
+        'the unfinished one runs again; refused when the run is done or the arguments differ '
+        'from the recorded ones (all but rig_minutes and serial_port)',
+    ),
 )
 LAUNCH_SWITCH = Param(
     'adapt',
@@ -100,8 +116,13 @@ OWN_BY_THE_LOOP = ('rig_seconds', 'episodes')
 PHASES = ('0_baseline', '1_sim_retrain', '2_candidate', '3_finetune', '4_deployment')
 AGAIN = ('2_sim_retrain_again', '2_candidate_again')
 """The phases of the second re-training and its candidate (``reidentify``)."""
+IDENTIFICATION, REIDENTIFICATION = 'identification', 'reidentification'
+"""The steps between phases that take no rig time and have no folder (the record's keys)."""
 SUMMARY = 'adapt_summary.json'
 PLOT = 'adapt.png'
+FREE_ON_RESUME = ('rig_minutes', 'resume', 'serial_port', 'runs_dir')
+"""What a resume may give otherwise than the record: the budget (counted in full either way),
+the rig's port (a cable plugged in again) and the folder the record was found in."""
 
 
 def split_arguments(argv: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -182,8 +203,16 @@ def _versioned(src: Path, dst_dir: Path, version: int, rate_hz: float) -> Path:
     return dst_dir / run_files.POLICY
 
 
+class PhaseInterrupted(KeyboardInterrupt):
+    """A phase's runner stopped on a stop signal (the runner took the signal, then ended)."""
+
+
 class Adapt:
-    """The loop's state: what each phase measured, and the rig time so far."""
+    """The loop's state: what each phase measured, and the rig time so far.
+
+    It keeps the run's record (``adapt_summary.json``) while :meth:`recording`; resuming, the
+    earlier record's finished phases are read back (:meth:`replay`) instead of run.
+    """
 
     def __init__(self, own: dict[str, Any], runner: dict[str, str], stream: bool) -> None:
         from rip_control.run.launching import CONTROL, launch_values, node_parameters
@@ -201,35 +230,147 @@ class Adapt:
         self.name = str(self.control['run_name'])
         self.run_dir = Path(str(self.control['runs_dir'])) / self.name
         self.seed = int(self.control['seed'])
+        self.typed = dict(runner)  # as given (the emulated rig changes ``runner``)
         self.t0 = time.monotonic()
         self.rig_s = 0.0
+        self.budget_s = 60.0 * own['rig_minutes'] if own else math.nan
         self.phases: list[dict[str, Any]] = []
         self.curve: list[tuple[float, float, str]] = []  # (rig s, balance s, what)
+        self.results: dict[str, Any] = {}  # the summary's keys known so far
+        self.earlier: dict[str, Any] = {}  # the record resumed
+        self.set_aside: list[dict[str, Any]] = []  # earlier attempts at unfinished phases
+        self.step: dict[str, Any] | None = None  # the phase or step running
+        self.error: dict[str, Any] | None = None
 
     def log(self, line: str) -> None:
         """One progress line."""
         print(f'adapt: {line}', flush=True)
 
-    def phase(self, name: str, args: dict[str, str], job: Any) -> dict[str, Any]:
-        """Run one runner phase in ``runs/<run_name>/<name>``; count its rig time."""
-        t0 = time.monotonic()
-        run = job({**self.runner, **args, 'run_name': f'{self.name}/{name}'})
-        if run.get('failure') or run.get('interrupted'):
-            raise RuntimeError(
-                f'phase {name} '
-                + ('was interrupted' if run.get('interrupted') else 'failed')
-                + (f': {run.get("failure")}' if run.get('failure') else '')
+    # -- the record ------------------------------------------------------------------------
+
+    def summary(self, status: str) -> dict[str, Any]:
+        """The record as it stands: the summary's keys known so far, and ``status``."""
+        return {
+            'command': 'python -m rip_control.adapt',
+            'status': status,
+            **({'error': self.error} if self.error else {}),
+            'options': self.own,
+            'arguments': self.runner,
+            'typed_arguments': self.typed,
+            'rig_params': "(the emulator's)" if not self.runner.get('rig_params') else '',
+            'rate_hz': self.rate,
+            'seed': self.seed,
+            'rig_seconds': self.rig_s,
+            'rig_budget_s': self.budget_s,
+            'wall_seconds': self.earlier.get('wall_seconds', 0.0) + time.monotonic() - self.t0,
+            **self.results,
+            'phases': self.phases,
+            'set_aside': self.set_aside,
+            'curve': [{'rig_s': r, 'balance_s': b, 'what': w} for r, b, w in self.curve],
+            'pid': os.getpid(),
+        }
+
+    def save(self, status: str = 'running') -> dict[str, Any]:
+        """Write the record (atomically); return it."""
+        summary = self.summary(status)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(summary, indent=1) + '\n'
+        atomic_write_bytes(self.run_dir / SUMMARY, text.encode())
+        return summary
+
+    def note(self, key: str, value: Any) -> None:
+        """One of the summary's keys, known now: recorded."""
+        self.results[key] = value
+        self.save()
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """Keep the record: ``running`` from now on, and how the loop ended if it raised."""
+        if self.earlier:
+            _set_aside(self)
+        self.save()
+        try:
+            yield
+        except BaseException as exc:
+            self.save(self.failed(exc))
+            raise
+
+    def failed(self, exc: BaseException) -> str:
+        """Record how the step running ended (``failed`` or ``interrupted``); that status."""
+        status = 'interrupted' if isinstance(exc, KeyboardInterrupt) else 'failed'
+        text = str(exc) or type(exc).__name__
+        step = self.step or {}
+        if step:
+            rig_s = step['rig_seconds']
+            self.phases.append(
+                {
+                    'phase': step['phase'],
+                    'status': status,
+                    'rig_seconds': rig_s,
+                    'wall_seconds': time.monotonic() - step['t0'],
+                    'error': text,
+                }
             )
+            self.rig_s += _known(rig_s)
+        after = next((p['phase'] for p in reversed(self.phases) if _done(p)), None)
+        self.error = {'phase': step.get('phase'), 'after': after, 'status': status, 'error': text}
+        return status
+
+    # -- phases and steps ------------------------------------------------------------------
+
+    def replay(self, name: str) -> dict[str, Any] | None:
+        """Resuming: the earlier record's entry of ``name`` if it finished, as this run's."""
+        entry = _finished(self.earlier, name)
+        if entry is not None:
+            self.phases.append(entry)
+            self.rig_s += _known(entry['rig_seconds'])
+            self.log(f'{name}: as recorded ({entry["rig_seconds"]:.0f} s of rig time)')
+        return entry
+
+    def begin(self, name: str, on_rig: bool) -> None:
+        """A phase or step starts (its rig time unknown until it ends, if on the rig)."""
+        self.step = {'phase': name, 't0': time.monotonic(), 'rig_seconds': None if on_rig else 0.0}
+
+    def finish(self, rig_seconds: float, **measured: Any) -> dict[str, Any]:
+        """The phase running finished: its entry (with ``measured``), recorded."""
+        assert self.step is not None
+        entry = {
+            'phase': self.step['phase'],
+            'status': 'done',
+            'rig_seconds': rig_seconds,
+            'wall_seconds': time.monotonic() - self.step['t0'],
+            **measured,
+        }
+        self.phases.append(entry)
+        self.rig_s += _known(rig_seconds)
+        self.step = None
+        self.save()
+        return entry
+
+    def phase(self, name: str, args: dict[str, str], job: Any, keep: Any) -> dict[str, Any]:
+        """Run one runner phase in ``runs/<run_name>/<name>``; count its rig time.
+
+        Its entry in the record holds what ``keep(result)`` takes of the runner's result;
+        resuming, the earlier record's entry when that phase finished.
+        """
+        entry = self.replay(name)
+        if entry is not None:
+            return entry
+        self.begin(name, on_rig=True)
+        run = job({**self.runner, **args, 'run_name': f'{self.name}/{name}'})
         rig_s = _rig_seconds(run.get('run', run), self.rate)
-        self.rig_s += rig_s
-        self.phases.append(
-            {'phase': name, 'rig_seconds': rig_s, 'wall_seconds': time.monotonic() - t0}
-        )
+        assert self.step is not None
+        self.step['rig_seconds'] = None if math.isnan(rig_s) else rig_s
+        if run.get('failure') or run.get('interrupted'):
+            if run.get('interrupted'):
+                raise PhaseInterrupted(f'phase {name} was interrupted')
+            raise RuntimeError(f'phase {name} failed: {run.get("failure")}')
+        entry = self.finish(rig_s, **keep(run))
         self.log(f'{name}: {rig_s:.0f} s of rig time (total {self.rig_s:.0f} s)')
-        return run
+        return entry
 
     def deploy(self, name: str, policy: Path, excitation: bool) -> dict[str, Any]:
-        """A deployment phase (after the excitation, if asked); its evaluation report."""
+        """A deployment phase (after the excitation, if asked): its policy and episodes."""
         from rip_control.evaluate import evaluate
 
         args = {
@@ -239,12 +380,39 @@ class Adapt:
         }
         if excitation:
             args['excitation_episodes'] = '1'
-        report = self.phase(name, args, lambda a: _with_run(evaluate(a, stream_logs=self.stream)))
-        each = balances(report)
-        mean = _mean(each)
-        self.curve.append((self.rig_s, mean, name))
-        self.log(f'{name}: balance {mean:.2f} s mean over {len(each)} episodes')
+        report = self.phase(
+            name,
+            args,
+            lambda a: _with_run(evaluate(a, stream_logs=self.stream)),
+            lambda report: {'policy': str(policy), 'episodes': _episodes(report)},
+        )
+        mean = _mean(balances(report))
+        earlier = [c for c in self.earlier.get('curve', []) if c['what'] == name]
+        self.curve.append((earlier[0]['rig_s'] if earlier else self.rig_s, mean, name))
+        self.log(f'{name}: balance {mean:.2f} s mean over {len(report["episodes"])} episodes')
         return report
+
+
+def _done(entry: dict[str, Any]) -> bool:
+    return entry.get('status', 'done') == 'done'
+
+
+def _finished(record: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The entry of phase ``name`` in ``record`` if it finished."""
+    return next((p for p in record.get('phases', []) if p['phase'] == name and _done(p)), None)
+
+
+def _known(rig_s: float | None) -> float:
+    """Rig seconds, 0 where not known (a phase that failed before its trace was read)."""
+    return 0.0 if rig_s is None or math.isnan(rig_s) else rig_s
+
+
+def _episodes(report: dict[str, Any]) -> list[dict[str, float]]:
+    """What the loop reads of an evaluation report's episodes: the return and the balance."""
+    return [
+        {'ret': float(e['ret']), 'longest_balance_s': float(e['longest_balance_s'])}
+        for e in report['episodes']
+    ]
 
 
 def _mean(values: list[float]) -> float:
@@ -292,16 +460,127 @@ def _with_run(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def adapt(own: dict[str, Any], runner: dict[str, str], stream: bool = True) -> dict[str, Any]:
-    """Run the loop (see the module docstring); return the summary written beside it."""
+    """Run the loop (see the module docstring); return the summary written beside it.
+
+    :raises ValueError: a bad argument, or a run folder that holds a record this call may not
+        start or continue (``resume``), before anything runs and nothing written.
+    """
     from rip_control.finetune import run as finetune_run
     from rip_control.run.launching import resolve_auto_policy, shipped_policy
 
     a = Adapt(own, runner, stream)
+    a.earlier = earlier_record(a)
     budget_s = 60.0 * own['rig_minutes']
     a.run_dir.mkdir(parents=True, exist_ok=True)
     prior = Path(runner['policy']) if runner.get('policy') else shipped_policy(a.rate)
-    with emulated_rig(a):
+    with emulated_rig(a), a.recording():
         return _loop(a, own, prior, budget_s, finetune_run, resolve_auto_policy)
+
+
+def earlier_record(a: Adapt) -> dict[str, Any]:
+    """The record ``resume`` continues (``{}`` for a new run), refused by name where it may not.
+
+    A new run is refused where a record is (it would mix two runs' phases); a resume where
+    none is, where it is ``done``, where its process still runs, or where the arguments differ
+    from the recorded ones (all but :data:`FREE_ON_RESUME`).
+    """
+    path = a.run_dir / SUMMARY
+    record = json.loads(path.read_text()) if path.exists() else None
+    status = (record or {}).get('status', 'done')
+    if not a.own['resume']:
+        if record is not None:
+            raise ValueError(
+                f'run_name:={a.name}: {path} records an earlier run ({status}); continue it '
+                'with resume:=true (unless done), or choose another run_name'
+            )
+        return {}
+    if record is None:
+        raise ValueError(f'resume:=true: no run {a.name!r} to continue ({path} does not exist)')
+    if status == 'done':
+        raise ValueError(f'resume:=true: the run {a.name!r} is done ({path}); nothing to resume')
+    if status == 'running' and _alive(record.get('pid')):
+        raise ValueError(
+            f'resume:=true: the run {a.name!r} is running (process {record["pid"]}, {path})'
+        )
+    differ = _differences(a, record)
+    if differ:
+        raise ValueError(
+            f'resume:=true: {"; ".join(differ)}: the finished phases of {a.name!r} ran with '
+            f'the recorded values ({path}); resume with them, or choose another run_name'
+        )
+    return record
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _differences(a: Adapt, record: dict[str, Any]) -> list[str]:
+    """``name:=given`` (recorded ``value``) for each value that differs from the record's.
+
+    Adapt's options, the launch values and both nodes' parameters (the params file's
+    included), each made from the recorded arguments and from the given ones.
+    """
+    from rip_control.run.launching import launch_values, node_parameters
+
+    def values(typed: dict[str, str]) -> dict[str, Any]:
+        nodes = node_parameters(typed)
+        return {**launch_values(typed), **{k: v for n in nodes.values() for k, v in n.items()}}
+
+    recorded = {**record.get('options', {}), **values(record.get('typed_arguments', {}))}
+    recorded.update(rate_hz=record.get('rate_hz'), seed=record.get('seed'))
+    given = {**a.own, **values(a.typed)}
+    return [
+        f'{name}:={given.get(name)} (recorded {value})'
+        for name, value in recorded.items()
+        if name not in FREE_ON_RESUME and given.get(name) != value
+    ]
+
+
+def _set_aside(a: Adapt) -> None:
+    """Resuming: take the earlier attempts' records and set their folders aside.
+
+    Each phase that did not finish (its folder renamed ``<phase>.failed-<n>``: the runner
+    refuses a run folder whose buffer it would overwrite) is listed in ``set_aside`` with its
+    rig time, which counts towards the budget.
+    """
+    before = a.earlier
+    finished = {p['phase'] for p in before.get('phases', []) if _done(p)}
+    unfinished = {p['phase']: p for p in before.get('phases', []) if not _done(p)}
+    a.set_aside = list(before.get('set_aside', []))
+    for name in dict.fromkeys((*PHASES, *AGAIN, *unfinished)):
+        if name in finished or not ((a.run_dir / name).is_dir() or name in unfinished):
+            continue
+        entry = {'phase': name, 'status': 'unfinished', 'rig_seconds': None}
+        entry.update(unfinished.get(name, {}))
+        folder = a.run_dir / name
+        if folder.is_dir():
+            n = 1 + sum(1 for _ in a.run_dir.glob(f'{name}.failed-*'))
+            entry['folder'] = f'{name}.failed-{n}'
+            folder.rename(a.run_dir / entry['folder'])
+        a.set_aside.append(entry)
+    a.rig_s = sum(_known(e['rig_seconds']) for e in a.set_aside)
+    error = before.get('error') or {}
+    kept = [p['phase'] for p in before.get('phases', []) if _done(p)]
+    a.log(
+        f'resuming {a.run_dir} ({before.get("status")}'
+        + (f' in {error["phase"]}: {error.get("error")}' if error.get('phase') else '')
+        + f'): finished {", ".join(kept) or "none"}'
+        + (
+            '; set aside: ' + ', '.join(e.get('folder', e['phase']) for e in a.set_aside)
+            if a.set_aside
+            else ''
+        )
+        + f' ({a.rig_s:.0f} s of rig time); the finished are read from the record, not run'
+    )
 
 
 @contextlib.contextmanager
@@ -338,60 +617,25 @@ def _loop(
     finetune_run: Any,
     resolve_auto_policy: Any,
 ) -> dict[str, Any]:
-    from rip_control.policy import load_actor_file
-    from rip_control.rig.env import ACTION_SIZE, obs_size
-    from rip_control.run.launching import launch_values, recorded_action_history, set_by_user
-    from rip_learner import identify, pretrain
-
-    k_prior = recorded_action_history(str(prior), 0)
-    if set_by_user(a.runner, launch_values(a.runner), 'action_history'):
-        k = int(a.control['action_history'])  # the user's, for every phase
-    else:  # new pre-trainings' default; a warm start cannot take inputs away
-        k = max(k_prior, int(table_by_name(pretrain.OPTIONS)['action_history'].default))
-
+    a.own, a.budget_s = own, budget_s
+    k_prior, k = _action_histories(a, prior)
     a.log(f'{a.run_dir}: policy {prior}, rig-time budget {budget_s:.0f} s')
     # 1. baseline deployment, after the excitation
     base = a.deploy(PHASES[0], prior, excitation=not own['identification'])
     prior_balances = balances(base)
+    a.note('deployment', _deployment(own, prior_balances, None))
     # 2. identification, from the transitions alone
-    identified = a.run_dir / run_files.IDENTIFIED_RIG
-    ident_summary: dict[str, Any] = {}
-    opts: dict[str, Any] = {}
-    if own['identification']:
-        atomic_write_bytes(identified, Path(own['identification']).read_bytes())
-        a.log(f'identification: given, {own["identification"]}')
-    else:
-        data = a.run_dir / PHASES[0] / run_files.EVALUATION_TRANSITIONS
-        opts = {
-            **{p.name: p.default for p in identify.OPTIONS},
-            'buffer': str(data),
-            'out': str(identified),
-            'rate_hz': a.rate,
-            'seed': a.seed,
-        }
-        opts['max_action_v'] = float(a.control['max_action_v'])
-        result, _ = identify.run(opts, log=lambda line: a.log(line))
-        ident_summary = result.summary()
+    identified, opts = _identify(a)
     # 3. re-training in simulation, the rig idle
     randomization = 'identified' if not own['identification'] else 'standard'
     if own['identification'] and 'identification:' not in identified.read_text():
         randomization = 'standard'
-    retrain = _retrain(a, PHASES[1], identified, prior, k, randomization)
+    a.note('retrain', _retrain(a, PHASES[1], identified, prior, k, randomization))
     # 4. the candidate on the rig, judged by the guard's rule against the prior's deployment
-    live = load_actor_file(
-        prior,
-        rate_hz=a.rate,
-        obs_size=obs_size(k_prior),
-        action_size=ACTION_SIZE,
-        action_history=k_prior,
-    )
-    version = live.version + VERSION_GAP
-    candidate = _versioned(
-        a.run_dir / PHASES[1] / run_files.POLICY, a.run_dir / 'candidate', version, a.rate
-    )
-    judged = a.deploy(PHASES[2], candidate, excitation=False)
+    version, candidate, judged = _candidate(a, prior, k_prior)
     verdict = _judge(a, base, judged)
     _log_verdict(a, PHASES[2], verdict, 're-trained', 'prior')
+    a.note('candidate', _candidate_record(version, verdict, judged))
     start, start_report = (candidate, judged) if verdict.kind == 'promoted' else (prior, base)
     # 4b. identification again, from every deployment so far; a second candidate if it moved
     again: dict[str, Any] = {
@@ -405,65 +649,142 @@ def _loop(
         if again.get('verdict') == 'promoted':
             start, start_report = Path(again['policy']), again.pop('report')
         again.pop('report', None)
+    a.note(REIDENTIFICATION, again)
     # 5. fine-tune on the rig from it, the guard on
     fine = finetune_within_budget(a, budget_s, start, finetune_run)
+    a.note(
+        'finetune',
+        {
+            'start': {candidate: 'candidate', prior: 'prior'}.get(start, 'candidate_again'),
+            'episodes': fine.get('episodes'),
+            'evaluations': fine.get('evaluations', []),
+            'live_policy_version': fine.get('live_policy_version'),
+        },
+    )
     if fine:
         # 6. the deployment of what the fine-tune's guard kept
         deployed = resolve_auto_policy(a.run_dir / PHASES[3], a.rate, True)
         final = a.deploy(PHASES[4], deployed, excitation=False)
     else:  # not one episode fitted: what goes on is deployed and measured already
         deployed, final = start, start_report
-    adapted = balances(final)
-    summary = {
-        'command': 'python -m rip_control.adapt',
-        'options': own,
-        'arguments': a.runner,
-        'rig_params': "(the emulator's)" if not a.runner.get('rig_params') else '',
-        'rate_hz': a.rate,
-        'seed': a.seed,
-        'rig_seconds': a.rig_s,
-        'rig_budget_s': budget_s,
-        'wall_seconds': time.monotonic() - a.t0,
-        'identified': {
-            name: {'value': v['value'], 'std': v['std'], 'determined': v['determined']}
-            for name, v in ident_summary.get('identified', {}).items()
-        },
-        'identification': ident_summary,
-        'retrain': {
-            'steps': retrain['steps'],
-            'wall_s': retrain['wall_s'],
-            'stopped_by': retrain['stopped_by'],
-            'best': retrain['best'],
-        },
-        'candidate': {
-            'policy_version': version,
-            'verdict': verdict.kind,
-            'reason': verdict.reason,
-            'balance_s': _mean(balances(judged)),
-            'episodes_s': balances(judged),
-        },
-        'reidentification': again,
-        'finetune': {
-            'start': {candidate: 'candidate', prior: 'prior'}.get(start, 'candidate_again'),
-            'episodes': fine.get('episodes'),
-            'evaluations': fine.get('evaluations', []),
-            'live_policy_version': fine.get('live_policy_version'),
-        },
-        'deployed_policy': str(deployed),
-        'deployment': {
-            'episodes': own['deployment_episodes'],
-            'episode_seconds': own['deployment_episode_seconds'],
-            'prior_balance_s': _mean(prior_balances),
-            'adapted_balance_s': _mean(adapted),
-            'prior_episodes_s': prior_balances,
-            'adapted_episodes_s': adapted,
-        },
-        'phases': a.phases,
-        'curve': [{'rig_s': r, 'balance_s': b, 'what': w} for r, b, w in a.curve],
+    a.results['deployed_policy'] = str(deployed)
+    a.results['deployment'] = _deployment(own, prior_balances, balances(final))
+    return _finish(a)
+
+
+def _action_histories(a: Adapt, prior: Path) -> tuple[int, int]:
+    """The prior's ``action_history`` and the re-trainings' (the user's, if typed)."""
+    from rip_control.run.launching import launch_values, recorded_action_history, set_by_user
+    from rip_learner import pretrain
+
+    k_prior = recorded_action_history(str(prior), 0)
+    if set_by_user(a.runner, launch_values(a.runner), 'action_history'):
+        return k_prior, int(a.control['action_history'])  # the user's, for every phase
+    # new pre-trainings' default; a warm start cannot take inputs away
+    return k_prior, max(k_prior, int(table_by_name(pretrain.OPTIONS)['action_history'].default))
+
+
+def _deployment(
+    own: dict[str, Any], prior: list[float], adapted: list[float] | None
+) -> dict[str, Any]:
+    """The summary's ``deployment``: the prior's balances, and the adapted's once deployed."""
+    out: dict[str, Any] = {
+        'episodes': own['deployment_episodes'],
+        'episode_seconds': own['deployment_episode_seconds'],
+        'prior_balance_s': _mean(prior),
     }
-    atomic_write_bytes(a.run_dir / SUMMARY, (json.dumps(summary, indent=1) + '\n').encode())
+    if adapted is not None:
+        out['adapted_balance_s'] = _mean(adapted)
+    out['prior_episodes_s'] = prior
+    if adapted is not None:
+        out['adapted_episodes_s'] = adapted
+    return out
+
+
+def _identify(a: Adapt) -> tuple[Path, dict[str, Any]]:
+    """The identification (or the given file): the rig file and the identification's options.
+
+    Recorded as the summary's ``identification`` (its summary; ``{}`` when given) and
+    ``identified``; resuming, read from the record when it finished.
+    """
+    from rip_learner import identify
+
+    identified = a.run_dir / run_files.IDENTIFIED_RIG
+    opts: dict[str, Any] = {}
+    if not a.own['identification']:
+        data = a.run_dir / PHASES[0] / run_files.EVALUATION_TRANSITIONS
+        opts = {
+            **{p.name: p.default for p in identify.OPTIONS},
+            'buffer': str(data),
+            'out': str(identified),
+            'rate_hz': a.rate,
+            'seed': a.seed,
+        }
+        opts['max_action_v'] = float(a.control['max_action_v'])
+    if IDENTIFICATION in a.earlier:
+        a.results.update(identified=a.earlier['identified'])
+        a.note(IDENTIFICATION, a.earlier[IDENTIFICATION])
+        a.log(f'{IDENTIFICATION}: as recorded ({identified})')
+        return identified, opts
+    a.begin(IDENTIFICATION, on_rig=False)
+    ident_summary: dict[str, Any] = {}
+    if a.own['identification']:
+        atomic_write_bytes(identified, Path(a.own['identification']).read_bytes())
+        a.log(f'identification: given, {a.own["identification"]}')
+    else:
+        result, _ = identify.run(opts, log=lambda line: a.log(line))
+        ident_summary = result.summary()
+    a.step = None
+    a.results['identified'] = {
+        name: {'value': v['value'], 'std': v['std'], 'determined': v['determined']}
+        for name, v in ident_summary.get('identified', {}).items()
+    }
+    a.note(IDENTIFICATION, ident_summary)
+    return identified, opts
+
+
+def _candidate(a: Adapt, prior: Path, k_prior: int) -> tuple[int, Path, dict[str, Any]]:
+    """The re-trained policy, versioned ``VERSION_GAP`` over the prior, deployed on the rig."""
+    from rip_control.policy import load_actor_file
+    from rip_control.rig.env import ACTION_SIZE, obs_size
+
+    live = load_actor_file(
+        prior,
+        rate_hz=a.rate,
+        obs_size=obs_size(k_prior),
+        action_size=ACTION_SIZE,
+        action_history=k_prior,
+    )
+    version = live.version + VERSION_GAP
+    candidate = _recorded_policy(a, PHASES[2]) or _versioned(
+        a.run_dir / PHASES[1] / run_files.POLICY, a.run_dir / 'candidate', version, a.rate
+    )
+    return version, candidate, a.deploy(PHASES[2], candidate, excitation=False)
+
+
+def _recorded_policy(a: Adapt, name: str) -> Path | None:
+    """Resuming: the policy deployment ``name`` deployed, if it finished (else ``None``)."""
+    entry = _finished(a.earlier, name)
+    return Path(entry['policy']) if entry else None
+
+
+def _candidate_record(version: int, verdict: Any, report: dict[str, Any]) -> dict[str, Any]:
+    """The summary's record of a candidate: its version, the guard's verdict, its balances."""
+    return {
+        'policy_version': version,
+        'verdict': verdict.kind,
+        'reason': verdict.reason,
+        'balance_s': _mean(balances(report)),
+        'episodes_s': balances(report),
+    }
+
+
+def _finish(a: Adapt) -> dict[str, Any]:
+    """The record ``done``, its plot, and the closing line; the summary."""
+    summary = a.summary('done')
     _plot(a.run_dir / PLOT, summary)
-    d: dict[str, Any] = summary['deployment']  # type: ignore[assignment]
+    summary = a.save('done')
+    d: dict[str, Any] = summary['deployment']
     a.log(
         f'done: balance {d["prior_balance_s"]:.2f} s -> {d["adapted_balance_s"]:.2f} s '
         f'(mean of {d["episodes"]} x {d["episode_seconds"]:g} s from hanging) in '
@@ -476,10 +797,16 @@ def _loop(
 def _retrain(
     a: Adapt, name: str, rig_file: Path, init: Path, k: int, randomization: str
 ) -> dict[str, Any]:
-    """Pre-train in simulation at ``rig_file``, warm from ``init``, the rig idle (no rig time)."""
+    """Pre-train in simulation at ``rig_file``, warm from ``init``, the rig idle (no rig time).
+
+    Its result, also in its entry of the record (``retrain``); resuming, read from there.
+    """
     from rip_learner import pretrain
 
-    t0 = time.monotonic()
+    done = a.replay(name)
+    if done is not None:
+        return dict(done['retrain'])
+    a.begin(name, on_rig=False)
     popts = {
         **{p.name: p.default for p in pretrain.OPTIONS},
         'rate': a.rate,
@@ -497,13 +824,8 @@ def _retrain(
         'learning_starts': 1000,
     }
     result = pretrain.pretrain(popts, log=lambda line: a.log(f'retrain: {line}'))
-    a.phases.append({'phase': name, 'rig_seconds': 0.0, 'wall_seconds': time.monotonic() - t0})
-    return {
-        'steps': result['steps'],
-        'wall_s': result['wall_s'],
-        'stopped_by': result['stopped_by'],
-        'best': result['best'],
-    }
+    kept = {k: result[k] for k in ('steps', 'wall_s', 'stopped_by', 'best')}
+    return dict(a.finish(0.0, retrain=kept)['retrain'])
 
 
 def _log_verdict(a: Adapt, name: str, verdict: Any, promoted: str, otherwise: str) -> None:
@@ -578,8 +900,30 @@ def _again(
     A second candidate is re-trained (warm from the first re-training) and deployed only when
     a parameter :func:`moved` and the rig budget has room for its deployment besides the final
     one's reserve, and judged against ``against`` (the deployment of the policy that goes on)
-    by the guard's rule. Returns what happened (and, when deployed, ``report``).
+    by the guard's rule. Returns what happened (and, when deployed, ``report``). The decision
+    is recorded as soon as made; resuming, it is read from the record.
     """
+    done = dict(a.earlier.get(REIDENTIFICATION) or {}) or _identify_again(a, opts, first, budget_s)
+    if not done.get('moved'):
+        return done
+    init = a.run_dir / PHASES[1] / run_files.POLICY
+    out = a.run_dir / run_files.REIDENTIFIED_RIG
+    done['retrain'] = _retrain(a, AGAIN[0], out, init, k, randomization)
+    policy = _recorded_policy(a, AGAIN[1]) or _versioned(
+        a.run_dir / AGAIN[0] / run_files.POLICY, a.run_dir / 'candidate_again', version, a.rate
+    )
+    report = a.deploy(AGAIN[1], policy, excitation=False)
+    verdict = _judge(a, against, report)
+    _log_verdict(a, AGAIN[1], verdict, 'second re-trained', 'same')
+    done.update(policy=str(policy), verdict=verdict.kind)
+    done['candidate'] = _candidate_record(version, verdict, report)
+    return {**done, 'report': report}
+
+
+def _identify_again(
+    a: Adapt, opts: dict[str, Any], first: Path, budget_s: float
+) -> dict[str, Any]:
+    """The second identification, if the budget has room for a second candidate; recorded."""
     done: dict[str, Any] = {'identified': None, 'moved': None, 'retrain': None, 'candidate': None}
     needed = (1.0 + RESERVE_FACTOR) * a.phases[-1]['rig_seconds']
     if budget_s - a.rig_s < needed:
@@ -588,7 +932,9 @@ def _again(
             f'candidate would need {needed:.0f} s with the final deployment'
         )
         a.log(f'identification again: {done["why"]}')
+        a.note(REIDENTIFICATION, done)
         return done
+    a.begin(REIDENTIFICATION, on_rig=False)
     result, out = reidentify(a.run_dir, opts, first, log=a.log)
     found = result.summary()
     done['identified'] = found['identified']
@@ -599,28 +945,8 @@ def _again(
     else:
         done['why'] = 'no parameter moved by more than it counts as determined'
     a.log(f'identification again: {done["why"]}')
-    if shifted:
-        init = a.run_dir / PHASES[1] / run_files.POLICY
-        done['retrain'] = _retrain(a, AGAIN[0], out, init, k, randomization)
-        policy = _versioned(
-            a.run_dir / AGAIN[0] / run_files.POLICY,
-            a.run_dir / 'candidate_again',
-            version,
-            a.rate,
-        )
-        report = a.deploy(AGAIN[1], policy, excitation=False)
-        done['report'] = report
-        done['policy'] = str(policy)
-        verdict = _judge(a, against, report)
-        _log_verdict(a, AGAIN[1], verdict, 'second re-trained', 'same')
-        done['verdict'] = verdict.kind
-        done['candidate'] = {
-            'policy_version': version,
-            'verdict': verdict.kind,
-            'reason': verdict.reason,
-            'balance_s': _mean(balances(report)),
-            'episodes_s': balances(report),
-        }
+    a.step = None
+    a.note(REIDENTIFICATION, dict(done))
     return done
 
 
@@ -634,8 +960,12 @@ def finetune_within_budget(
     node's guard on, ended by the runner's own rig-time limit (``rig_seconds``) at the end of
     the episode past which the next would not fit: every activation counted, so a trip's
     re-run episode is paid from the budget too. Returns its summary (``{}`` when not one
-    training episode with the guard's baseline evaluation fits).
+    training episode with the guard's baseline evaluation fits). Resuming, its record's entry
+    when it finished.
     """
+    done = a.replay(PHASES[3])
+    if done is not None:
+        return done
     deployment = a.phases[-1]
     reserve = RESERVE_FACTOR * deployment['rig_seconds']
     left = budget_s - a.rig_s - reserve
@@ -657,6 +987,10 @@ def finetune_within_budget(
         PHASES[3],
         {'policy': str(start), 'episodes': '0', 'rig_seconds': f'{left:.1f}'},
         lambda run_args: finetune_run(run_args, stream_logs=a.stream),
+        lambda run: {
+            'policy': str(start),
+            **{k: run[k] for k in ('episodes', 'evaluations', 'live_policy_version') if k in run},
+        },
     )
     for e in fine.get('evaluations', []):
         a.log(f'fine-tune: evaluation of v{e.get("policy_version")}: {e.get("verdict")}')
@@ -709,7 +1043,11 @@ def _plot(path: Path, summary: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: adapt's options and the runner's ``name:=value`` arguments."""
+    """Command line: adapt's options and the runner's ``name:=value`` arguments.
+
+    Exit status 0 done, 1 a phase failed, 2 a bad argument or a refused resume, 130
+    interrupted; once the phases started, the record says which phase ended how.
+    """
     from rip_control.signals import StopSignals
 
     stop = StopSignals().install()

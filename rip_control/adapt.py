@@ -56,6 +56,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -241,6 +242,7 @@ class Adapt:
         self.set_aside: list[dict[str, Any]] = []  # earlier attempts at unfinished phases
         self.step: dict[str, Any] | None = None  # the phase or step running
         self.error: dict[str, Any] | None = None
+        self.keeping = False  # the record is kept (rewritten as phases complete)
 
     def log(self, line: str) -> None:
         """One progress line."""
@@ -271,11 +273,11 @@ class Adapt:
         }
 
     def save(self, status: str = 'running') -> dict[str, Any]:
-        """Write the record (atomically); return it."""
+        """Write the record (atomically) if :meth:`recording`, or ``done``; return it."""
         summary = self.summary(status)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(summary, indent=1) + '\n'
-        atomic_write_bytes(self.run_dir / SUMMARY, text.encode())
+        if self.keeping or status == 'done':
+            text = json.dumps(summary, indent=1) + '\n'
+            atomic_write_bytes(self.run_dir / SUMMARY, text.encode())
         return summary
 
     def note(self, key: str, value: Any) -> None:
@@ -288,6 +290,7 @@ class Adapt:
         """Keep the record: ``running`` from now on, and how the loop ended if it raised."""
         if self.earlier:
             _set_aside(self)
+        self.keeping = True
         self.save()
         try:
             yield
@@ -387,8 +390,11 @@ class Adapt:
             lambda report: {'policy': str(policy), 'episodes': _episodes(report)},
         )
         mean = _mean(balances(report))
-        earlier = [c for c in self.earlier.get('curve', []) if c['what'] == name]
-        self.curve.append((earlier[0]['rig_s'] if earlier else self.rig_s, mean, name))
+        # Resuming, a finished phase's point where the record has it (rig time set aside since
+        # then would move it).
+        earlier = [c['rig_s'] for c in self.earlier.get('curve', []) if c['what'] == name]
+        replayed = earlier and _finished(self.earlier, name)
+        self.curve.append((earlier[0] if replayed else self.rig_s, mean, name))
         self.log(f'{name}: balance {mean:.2f} s mean over {len(report["episodes"])} episodes')
         return report
 
@@ -563,7 +569,9 @@ def _set_aside(a: Adapt) -> None:
         entry.update(unfinished.get(name, {}))
         folder = a.run_dir / name
         if folder.is_dir():
-            n = 1 + sum(1 for _ in a.run_dir.glob(f'{name}.failed-*'))
+            n = next(
+                n for n in itertools.count(1) if not (a.run_dir / f'{name}.failed-{n}').exists()
+            )
             entry['folder'] = f'{name}.failed-{n}'
             folder.rename(a.run_dir / entry['folder'])
         a.set_aside.append(entry)

@@ -231,6 +231,11 @@ def record_excitation(
         alpha0_rad=0.0,
         act_delay_s=act_delay_s,
     )
+    return _buffer_arrays(tr, episode, EXCITATION_VERSION)
+
+
+def _buffer_arrays(tr: dict[str, np.ndarray], episode: int, version: int) -> dict[str, np.ndarray]:
+    """One episode's :func:`run_episode` arrays as replay-buffer arrays."""
     n = len(tr['action'])
     terminated = tr['terminated'].astype(np.float32)
     timeouts = np.zeros(n, np.float32)
@@ -246,8 +251,41 @@ def record_excitation(
         'episodes': np.full(n, float(episode)),
         'steps': np.arange(n, dtype=np.float64),
         'dts': tr['dt'].astype(np.float64),
-        'policy_versions': np.full(n, float(EXCITATION_VERSION)),
+        'policy_versions': np.full(n, float(version)),
     }
+
+
+def record_session(
+    params_path: str | Path,
+    policy_path: str | Path,
+    *,
+    episodes: int = 5,
+    seconds: float = 10.0,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """What ``adapt``'s baseline records, offline: the excitation, then the policy's episodes.
+
+    Replay-buffer arrays: the excitation (episode 0), then ``episodes`` deterministic
+    episodes of ``policy_path`` (a 50 Hz actor without action history) of ``seconds`` from
+    hanging at rest, numbered from 1.
+    """
+    params, gap = load_rig(params_path)
+    parts = [record_excitation(params_path, seed=seed)]
+    task = _task(50.0, seconds, 0)
+    actor = load_actor_file(
+        policy_path, rate_hz=50.0, obs_size=task.config.obs_size, action_size=1, action_history=0
+    )
+    rig = OfflineRig(params, gap, seed=seed + 1)
+    for episode in range(1, episodes + 1):
+        tr = run_episode(
+            rig,
+            task,
+            lambda _step, obs: actor.act(obs),
+            steps=task.config.episode_steps,
+            alpha0_rad=0.0,
+        )
+        parts.append(_buffer_arrays(tr, episode, 1))
+    return {k: np.concatenate([a[k] for a in parts]) for k in parts[0]}
 
 
 def main(argv: list[str] | None = None) -> int:

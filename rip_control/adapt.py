@@ -851,9 +851,9 @@ def moved(estimates: list[Any]) -> dict[str, dict[str, float]]:
     Those determined and moved by more than the identification counts as determined
     (:meth:`rip_learner.identify.Fitted.tolerance`): name -> ``from``, ``to``, ``tolerance``.
     """
-    from rip_learner.identify import FITTED
+    from rip_learner.identify import ALL_FITTED
 
-    by_name = {f.name: f for f in FITTED}
+    by_name = {f.name: f for f in ALL_FITTED}
     out = {}
     for e in estimates:
         tolerance = by_name[e.name].tolerance(e.prior)

@@ -14,10 +14,19 @@ physics step counts by its share of the step) and the pendulum's and the arm's m
 pendulum's length. The optimiser is CMA-ES (``cma``), robust to the dead zone's and the
 friction's kinks.
 
+Beyond that base model, :data:`TERMS` (a dead zone off centre, static friction, an actuator lag,
+the cable's torque, the pendulum's inertia apart from a rod's) are chosen by **held-out
+multi-step prediction error**: the base is fitted to three quarters of the windows, each term is
+added in turn and kept only if the held-out quarter is predicted better (and the term's size is
+beyond its resolution). The held-out RMS per angle is reported; above :data:`GAP_COUNTS` encoder
+counts the model does not explain the rig ("expect a gap") and ``randomization:=identified``
+draws that many times wider. A physical rig is never the model: see ``docs/reality_gap.md``.
+
 Each value's uncertainty is the Gauss-Newton standard deviation at the optimum, inflated by the
 residuals' correlation time. A parameter the data does not determine (its uncertainty above
 :attr:`Fitted.resolution`) keeps the prior's value, is named, and the rest are fitted again
-without it.
+without it, unless the fit without it costs clearly more (a model that does not explain the
+rig inflates every uncertainty): then it stays, with its uncertainty.
 
 Outputs: a rig YAML in the format of ``config/rig_*.yaml`` (``rig:`` holds every parameter, so
 the emulator and ``pretrain`` load it unchanged; ``identification:`` holds each value's prior,
@@ -183,6 +192,56 @@ FITTED = (
     Fitted('pendulum_mass_kg', 0.5, 2.0, log=True, relative=True),
     Fitted('pendulum_length_m', 0.67, 1.5, log=True, relative=True),
 )
+
+
+@dataclass(frozen=True)
+class Term:
+    """A term beyond :data:`FITTED`: fitted, and kept only where it lowers the held-out error.
+
+    :param name: what it models, in words.
+    :param fitted: its parameter (neutral in :class:`PendulumParams`: the term off).
+    """
+
+    name: str
+    fitted: Fitted
+
+
+#: The terms a rig may need beyond the base model, tried in this order (each against the model
+#: with the terms kept before it). Their neutral values are PendulumParams' defaults.
+TERMS = (
+    Term(
+        'dead zone off centre',
+        Fitted('motor_dead_zone_offset_v', -1.5, 1.5, resolution=0.1, probe=0.05, scan=0.02),
+    ),
+    Term(
+        'static friction',
+        Fitted('arm_static_friction_nm', 0.0, 0.03, resolution=0.001, probe=2e-4),
+    ),
+    Term('actuator lag', Fitted('actuator_lag_s', 0.0, 0.03, resolution=0.002, probe=5e-4)),
+    Term(
+        'cable torque',
+        Fitted('arm_cable_stiffness_nm_per_rad', 0.0, 0.02, resolution=5e-4, probe=1e-4),
+    ),
+    Term(
+        'pendulum inertia',
+        Fitted('pendulum_inertia_factor', 0.5, 3.0, log=True, resolution=0.15, probe=0.02),
+    ),
+)
+ALL_FITTED = FITTED + tuple(t.fitted for t in TERMS)
+#: A term is kept when it lowers the held-out cost by more than this fraction.
+TERM_GAIN = 0.03
+#: Held-out RMS above this many encoder counts (either angle): the model does not explain the
+#: rig ("expect a gap"), and the re-training is randomised that much wider, up to MAX_WIDENING
+#: times. On recordings of rigs the model contains (1 count of noise) it stays below 0.7.
+GAP_COUNTS = 1.0
+MAX_WIDENING = 3.0
+#: Every HELD_OUT_EVERY-th block of HELD_OUT_BLOCK consecutive windows is held out of the fit.
+HELD_OUT_EVERY = 4
+HELD_OUT_BLOCK = 3
+#: The quick searches (a term tried, the final fit on all the data) start this close to the
+#: point they refine, as a fraction of ``initial_step``, with no random restarts.
+QUICK_STEP = 0.3
+
 #: Not fitted: motion alone cannot tell a rig from one with every mass, damping and friction
 #: scaled by the same factor and the torque per volt too, so one mass sets the scale. The
 #: arm's is the prior's (weigh it, and give it in ``prior:=``); the pendulum's is fitted
@@ -469,7 +528,8 @@ def _simulate_group(
 
     switch_t = tile(win.switch_t) + b.sensing_latency_s[:, None]
     limits = (b.max_voltage_v, b.motor_dead_zone_v, b.motor_dead_zone_offset_v)
-    v_eff = effective_voltage(tile(win.switch_v), *(a[:, None] for a in limits), ARRAY_OPS)
+    max_v, dz, off = (a[:, None] for a in limits)
+    v_eff = effective_voltage(tile(win.switch_v), max_v, dz, off, ARRAY_OPS)
     v0 = effective_voltage(tile(win.v_before), *limits, ARRAY_OPS)
     read_step = np.tile(read_step, (p_n, 1))
     n_steps = int(read_step.max())
@@ -590,6 +650,7 @@ class Identification:
     evaluations: int
     wall_s: float
     undetermined: list[str]
+    selection: dict[str, Any] | None = None  # select_terms's record; None: none was made
 
     def summary(self) -> dict[str, Any]:
         """The JSON-able record of the fit."""
@@ -613,7 +674,17 @@ class Identification:
             'windows': self.windows,
             'evaluations': self.evaluations,
             'wall_s': self.wall_s,
+            'selection': self.selection,
         }
+
+
+def _with(base: PendulumParams, **values: Any) -> PendulumParams:
+    """``base`` with ``values``, the dead zone's offset held within the dead zone."""
+    if 'motor_dead_zone_offset_v' in values or 'motor_dead_zone_v' in values:
+        dz = values.get('motor_dead_zone_v', base.motor_dead_zone_v)
+        off = values.get('motor_dead_zone_offset_v', base.motor_dead_zone_offset_v)
+        values['motor_dead_zone_offset_v'] = min(max(off, -dz), dz)
+    return replace(base, **values)
 
 
 class _Space:
@@ -641,11 +712,12 @@ class _Space:
             f.name: float(self.value(i, xi))
             for i, (f, xi) in enumerate(zip(self.fitted, x, strict=True))
         }
-        return replace(self.prior, **values)
+        return _with(self.prior, **values)
 
-    def start(self, base: PendulumParams) -> np.ndarray:
+    def start(self, base: PendulumParams, margin: float = 0.05) -> np.ndarray:
+        """``base`` in the cube, ``margin`` inside its faces (0: exactly ``base``, if inside)."""
         x = [self.unit(i, getattr(base, f.name)) for i, f in enumerate(self.fitted)]
-        return np.clip(np.array(x), 0.05, 0.95)
+        return np.clip(np.array(x), margin, 1.0 - margin)
 
 
 def _cost(res: np.ndarray) -> np.ndarray:
@@ -669,7 +741,8 @@ def _search(
     """The best point a search finds, and the evaluations it took.
 
     CMA-ES runs from ``x0`` and from ``restarts`` seeded random starts; then a grid over each
-    stepped parameter's whole range (:attr:`Fitted.scan`) at the best of them, the others
+    stepped parameter's whole range (:attr:`Fitted.scan`; only the one ``opts['scan']`` names,
+    when it names one) at the best of them, the others
     held; then, in lockstep, polishing runs from the grid's best :data:`SCAN_CANDIDATES`
     plateaus that cost less than that best, if any, each run's first step :data:`POLISH_STEP`
     of the first and its generations :data:`POLISH_GENERATIONS` of ``generations``. The
@@ -692,7 +765,7 @@ def _search(
     best = int(np.argmin(exact))
     seen = [(finals[best], exact[best])]
     for i, f in enumerate(space.fitted):
-        if f.scan:
+        if f.scan and opts.get('scan', f.name) == f.name:
             found, n = _scan(space, win, seen[0][0], seen[0][1], i)
             evaluations += n
             seen += found
@@ -833,7 +906,7 @@ def _uncertainty(space: _Space, win: Windows, best: PendulumParams) -> np.ndarra
         h = f.step(value) or f.probe
         centre = min(max(value, lo + h), hi - h)  # central differences inside the range
         steps.append(h)
-        probes += [replace(best, **{f.name: centre + h}), replace(best, **{f.name: centre - h})]
+        probes += [_with(best, **{f.name: centre + h}), _with(best, **{f.name: centre - h})]
     res = residuals([best, *probes], win)
     r0 = res[0].reshape(-1)
     d = len(steps)
@@ -889,8 +962,62 @@ def identify(
     opts: dict[str, Any],
     log: Callable[[str], object] = print,
 ) -> tuple[Identification, Windows]:
-    """Fit the :data:`FITTED` parameters to the records; see the module docstring."""
+    """Fit the model to the records; see the module docstring.
+
+    The base model (:data:`FITTED`) is fitted to all but the held-out windows
+    (:func:`held_out_split`); each of :data:`TERMS` is then tried and kept only if it lowers
+    the held-out cost (:func:`select_terms`); last, the chosen model is fitted to all the data,
+    and what the data does not determine keeps the prior's value.
+    """
     t0 = time.monotonic()
+    period = 1.0 / float(opts['rate_hz'])
+    win, seconds = _windows(records, opts, log)
+    deadline = t0 + opts['time_limit_s']
+    fit_win, held_win = held_out_split(win)
+    if held_win is None:
+        log('  too few windows to hold any out: the base model, no term tried')
+        kept: list[Term] = []
+        selection, start, evaluations = None, prior, 0
+    else:
+        selection, kept, start, evaluations = select_terms(
+            fit_win, held_win, prior, period, opts, deadline, log
+        )
+    # Without a selection the full search; after one, the chosen model refined on all the data.
+    fit_opts, margin = (opts, 0.05) if selection is None else (_quick(opts), 0.0)
+    fitted = [*FITTED, *(t.fitted for t in kept)]
+    best, std, fitted, undetermined, n_eval = _fit(
+        fitted, win, prior, start, period, fit_opts, deadline, log, margin
+    )
+    by_name = {f.name: float(s) for f, s in zip(fitted, std, strict=True)}
+    estimates = [
+        Estimate(f.name, getattr(prior, f.name), getattr(best, f.name), by_name[f.name], True)
+        if f.name in by_name
+        else Estimate(f.name, getattr(prior, f.name), getattr(prior, f.name), math.nan, False)
+        for f in ALL_FITTED
+    ]
+    res = rms(residuals([best], win)[0])
+    prior_res = rms(residuals([prior], win)[0])
+    result = Identification(
+        params=best,
+        estimates=estimates,
+        rms_theta_rad=res[0],
+        rms_alpha_rad=res[1],
+        prior_rms_theta_rad=prior_res[0],
+        prior_rms_alpha_rad=prior_res[1],
+        seconds_of_data=seconds,
+        windows=win.count,
+        evaluations=evaluations + n_eval,
+        wall_s=time.monotonic() - t0,
+        undetermined=[u for u in undetermined if u in {f.name for f in FITTED}],
+        selection=selection,
+    )
+    return result, win
+
+
+def _windows(
+    records: list[Record], opts: dict[str, Any], log: Callable[[str], object]
+) -> tuple[Windows, float]:
+    """The chosen records cut into windows, and their seconds of data."""
     period = 1.0 / float(opts['rate_hz'])
     chosen = select(records, opts['max_seconds'])
     if not chosen:
@@ -904,16 +1031,39 @@ def identify(
         f'identifying from {seconds:.1f} s of rig data ({len(chosen)} records, {n_exc} of them '
         f'excitation; {win.count} windows of up to {ticks} ticks)'
     )
-    deadline = t0 + opts['time_limit_s']
-    fitted = list(FITTED)
-    base = prior
-    evaluations = 0
-    undetermined: list[str] = []
+    return win, seconds
+
+
+def _fit(
+    fitted: list[Fitted],
+    win: Windows,
+    prior: PendulumParams,
+    start: PendulumParams,
+    period: float,
+    opts: dict[str, Any],
+    deadline: float,
+    log: Callable[[str], object],
+    margin: float,
+) -> tuple[PendulumParams, np.ndarray, list[Fitted], list[str], int]:
+    """Fit ``fitted`` to ``win`` from ``start``; drop (to the prior) what is not determined.
+
+    ``margin``: how far inside the search range's faces the start is moved (0: a start
+    refined, taken as it is). Returns the best parameters, the uncertainties of what stayed
+    fitted, what stayed fitted, what was dropped, and the evaluations.
+    """
+    base, evaluations, undetermined = start, 0, list[str]()
+    kept: tuple[PendulumParams, np.ndarray, list[Fitted], float] | None = None
     while True:
         space = _Space(fitted, prior, period)
-        x, n_eval = _search(space, win, space.start(base), opts, deadline, log)
+        x, n_eval = _search(space, win, space.start(base, margin), opts, deadline, log)
         evaluations += n_eval
         best = space.params(x)
+        cost = float(_cost(residuals([best], win))[0])
+        if kept is not None and cost > (1.0 + TERM_GAIN) * kept[3]:
+            # The data needs what was dropped, though it knows it loosely (a model that does
+            # not explain the rig inflates every uncertainty): keep it, with its uncertainty.
+            log(f'  {undetermined.pop()}: needed (cost {kept[3]:.5g} -> {cost:.5g}): kept')
+            return kept[0], kept[1], kept[2], undetermined, evaluations
         std = _uncertainty(space, win, best)
         shown = ', '.join(
             f'{f.name}={getattr(best, f.name):.4g} ± {sd:.2g}'
@@ -922,7 +1072,8 @@ def identify(
         log(f'  fit: {shown}')
         worst = _loosest(fitted, best, std)
         if worst is None:
-            break
+            return best, std, fitted, undetermined, evaluations
+        kept = (best, std, fitted, cost)
         # Keep the prior for what the data does not determine; fit the rest again.
         undetermined.append(worst)
         log(
@@ -930,33 +1081,123 @@ def identify(
             f'{getattr(prior, worst):.4g}; fitting the rest again'
         )
         fitted = [f for f in fitted if f.name != worst]
-        base = replace(best, **{worst: getattr(prior, worst)})
+        base = _with(best, **{worst: getattr(prior, worst)})
         if not fitted:
-            best = prior
-            break
-    by_name = {f.name: float(s) for f, s in zip(fitted, std, strict=True)}
-    estimates = [
-        Estimate(f.name, getattr(prior, f.name), getattr(best, f.name), by_name[f.name], True)
-        if f.name in by_name
-        else Estimate(f.name, getattr(prior, f.name), getattr(prior, f.name), math.nan, False)
-        for f in FITTED
-    ]
-    res = rms(residuals([best], win)[0])
-    prior_res = rms(residuals([prior], win)[0])
-    result = Identification(
-        params=best,
-        estimates=estimates,
-        rms_theta_rad=res[0],
-        rms_alpha_rad=res[1],
-        prior_rms_theta_rad=prior_res[0],
-        prior_rms_alpha_rad=prior_res[1],
-        seconds_of_data=seconds,
-        windows=win.count,
-        evaluations=evaluations,
-        wall_s=time.monotonic() - t0,
-        undetermined=undetermined,
+            return prior, np.zeros(0), fitted, undetermined, evaluations
+
+
+def _quick(opts: dict[str, Any], scan: str = '') -> dict[str, Any]:
+    """A search's options for refining a point: no restarts, a short first step.
+
+    No grid scan but of the parameter named ``scan`` (one the point has not been searched in).
+    """
+    return {
+        **opts,
+        'restarts': 0,
+        'scan': scan,
+        'initial_step': opts['initial_step'] * QUICK_STEP,
+        'generations': max(1, round(opts['generations'] * POLISH_GENERATIONS)),
+    }
+
+
+def held_out_split(win: Windows) -> tuple[Windows, Windows | None]:
+    """The windows to fit to, and those held out (``None`` when too few to spare any).
+
+    Every :data:`HELD_OUT_EVERY`-th block of :data:`HELD_OUT_BLOCK` consecutive windows is
+    held out: a share of every record, in stretches long enough that a held-out window's
+    neighbours do not give it away.
+    """
+    block = np.arange(win.count) // HELD_OUT_BLOCK
+    held = block % HELD_OUT_EVERY == HELD_OUT_EVERY - 1
+    if held.sum() < HELD_OUT_BLOCK or (~held).sum() < 2 * HELD_OUT_BLOCK:
+        return win, None
+    return _subset(win, np.flatnonzero(~held)), _subset(win, np.flatnonzero(held))
+
+
+def _subset(win: Windows, rows: np.ndarray) -> Windows:
+    """The windows ``rows`` of ``win``."""
+    return Windows(
+        **{f.name: getattr(win, f.name)[rows] for f in fields(Windows) if f.name != 'source'},
+        source=[win.source[i] for i in rows],
     )
-    return result, win
+
+
+def select_terms(
+    fit_win: Windows,
+    held_win: Windows,
+    prior: PendulumParams,
+    period: float,
+    opts: dict[str, Any],
+    deadline: float,
+    log: Callable[[str], object],
+) -> tuple[dict[str, Any], list[Term], PendulumParams, int]:
+    """Which :data:`TERMS` the data asks for, judged by held-out multi-step prediction.
+
+    The base model is searched on ``fit_win``; each term in turn is added, the model refitted
+    from the best so far, and kept if its cost on ``held_win`` is lower by more than
+    :data:`TERM_GAIN`. Returns the record of the selection (each term's held-out cost and
+    verdict, the held-out RMS per channel of the base and the chosen model), the terms kept,
+    the chosen model's parameters and the evaluations.
+    """
+    fitted = list(FITTED)
+    space = _Space(fitted, prior, period)
+    x, evaluations = _search(space, fit_win, space.start(prior), opts, deadline, log)
+    best = space.params(x)
+    base_res = residuals([best], held_win)[0]
+    cost = float(_cost(base_res[None])[0])
+    log(f'  held out: {held_win.count} windows; base model held-out cost {cost:.5g}')
+    kept, verdicts = [], {}
+    for term in TERMS:
+        trial = [*fitted, term.fitted]
+        space = _Space(trial, prior, period)
+        quick = _quick(opts, term.fitted.name)
+        x, n_eval = _search(space, fit_win, space.start(best, 0.0), quick, deadline, log)
+        evaluations += n_eval
+        candidate = space.params(x)
+        trial_cost = float(_cost(residuals([candidate], held_win))[0])
+        name = term.fitted.name
+        # Kept if it predicts better, and is an effect the data can tell from none: a value
+        # within its resolution of neutral would only let the other parameters move.
+        size = abs(getattr(candidate, name) - getattr(PendulumParams(), name))
+        keep = trial_cost < (1.0 - TERM_GAIN) * cost and size > term.fitted.resolution
+        verdicts[name] = {
+            'term': term.name,
+            'value': float(getattr(candidate, name)),
+            'held_out_cost_without': cost,
+            'held_out_cost_with': trial_cost,
+            'kept': keep,
+        }
+        log(
+            f'  term {term.name} ({name}={getattr(candidate, name):.4g}): held-out cost '
+            f'{cost:.5g} -> {trial_cost:.5g}: {"kept" if keep else "left out"}'
+        )
+        if keep:
+            fitted, best, cost = trial, candidate, trial_cost
+            kept.append(term)
+    chosen = rms(residuals([best], held_win)[0])
+    base = rms(base_res)
+    counts = max(chosen) / (2.0 * math.pi / prior.encoder_counts_per_rev)
+    gap = counts > GAP_COUNTS
+    selection = {
+        'held_out_windows': held_win.count,
+        'terms': verdicts,
+        'held_out_rms_rad': {'theta': chosen[0], 'alpha': chosen[1]},
+        'base_held_out_rms_rad': {'theta': base[0], 'alpha': base[1]},
+        'unexplained_counts': counts,
+        'expect_gap': gap,
+        'randomization_scale': min(MAX_WIDENING, max(1.0, counts / GAP_COUNTS)),
+    }
+    log(
+        f'  held-out RMS: theta {chosen[0]:.4f} rad, alpha {chosen[1]:.4f} rad ({counts:.2f} '
+        f'encoder counts; the base model {base[0]:.4f}, {base[1]:.4f})'
+        + (
+            ': the model does not explain this rig; expect a gap (the re-training is '
+            f'randomised {selection["randomization_scale"]:.2g} times wider)'
+            if gap
+            else ''
+        )
+    )
+    return selection, kept, best, evaluations
 
 
 # -- input and output -------------------------------------------------------------------------
@@ -1044,6 +1285,7 @@ def _yaml_text(result: Identification, source: str, prior_name: str) -> str:
         'windows': result.windows,
         'evaluations': result.evaluations,
         'wall_s': round(result.wall_s, 2),
+        'selection': result.selection,
     }
     head = (
         '# Rig physics identified from its own transitions (python -m rip_learner.identify).\n'
@@ -1076,10 +1318,7 @@ def plot(path: Path, result: Identification, prior: PendulumParams, win: Windows
         by_record.setdefault(ri, []).append(i)
     record = min(by_record)  # the first chosen: the newest excitation, if there is one
     rows = by_record[record]
-    sub = Windows(
-        **{f.name: getattr(win, f.name)[rows] for f in fields(Windows) if f.name != 'source'},
-        source=[win.source[i] for i in rows],
-    )
+    sub = _subset(win, np.array(rows))
     (th_fit, al_fit), (th_pri, al_pri) = (
         (a[0], b[0]) for a, b in (simulate([p], sub) for p in (result.params, prior))
     )

@@ -162,6 +162,13 @@ class Randomization:
     motor_dead_zone_v: tuple[float, float] = (0.0, 0.3)
     encoder_noise_counts: tuple[float, float] = (0.0, 0.5)
     sensing_latency_periods: tuple[float, float] = (0.0, 0.5)
+    # The widened model's terms: none on a QUBE-Servo 2 (randomised only around an
+    # identification that kept them).
+    motor_dead_zone_offset_v: tuple[float, float] = (0.0, 0.0)
+    arm_static_friction_nm: tuple[float, float] = (0.0, 0.0)
+    actuator_lag_s: tuple[float, float] = (0.0, 0.0)
+    arm_cable_stiffness_nm_per_rad: tuple[float, float] = (0.0, 0.0)
+    pendulum_inertia_scale: tuple[float, float] = (1.0, 1.0)
 
     def sample(
         self, rng: np.random.Generator, base: PendulumParams, period_s: float
@@ -174,8 +181,7 @@ class Randomization:
         def plus(value: float, r: tuple[float, float]) -> float:
             return max(0.0, value + u(r))
 
-        return replace(
-            base,
+        values: dict[str, Any] = dict(
             pendulum_mass_kg=base.pendulum_mass_kg * u(self.pendulum_mass_scale),
             pendulum_length_m=base.pendulum_length_m * u(self.pendulum_length_scale),
             arm_mass_kg=base.arm_mass_kg * u(self.arm_mass_scale),
@@ -192,6 +198,21 @@ class Randomization:
             sensing_latency_s=plus(base.sensing_latency_s / period_s, self.sensing_latency_periods)
             * period_s,
         )
+        # The widened model's terms, drawn only where their range is not the neutral point
+        # (the random stream of a rig without them is as it was before they existed).
+        for name in ('arm_static_friction_nm', 'actuator_lag_s', 'arm_cable_stiffness_nm_per_rad'):
+            if getattr(self, name) != (0.0, 0.0):
+                values[name] = plus(getattr(base, name), getattr(self, name))
+        if self.pendulum_inertia_scale != (1.0, 1.0):
+            values['pendulum_inertia_factor'] = base.pendulum_inertia_factor * u(
+                self.pendulum_inertia_scale
+            )
+        offset = base.motor_dead_zone_offset_v
+        if self.motor_dead_zone_offset_v != (0.0, 0.0):
+            offset += u(self.motor_dead_zone_offset_v)
+        dz = values['motor_dead_zone_v']
+        values['motor_dead_zone_offset_v'] = min(max(offset, -dz), dz)
+        return replace(base, **values)
 
 
 #: The ranges by name (the ``randomization`` option). ``wide`` keeps the masses and lengths of
@@ -226,6 +247,11 @@ IDENTIFIED_FLOORS = {
     'motor_dead_zone_v': 0.1,
     'arm_coulomb_friction_nm': 0.0005,
     'sensing_latency_s': 0.2,
+    'motor_dead_zone_offset_v': 0.1,
+    'arm_static_friction_nm': 0.0005,
+    'actuator_lag_s': 0.001,
+    'arm_cable_stiffness_nm_per_rad': 0.0002,
+    'pendulum_inertia_factor': 0.1,
 }
 #: The randomisation field each identified parameter widens, and whether it is a scale.
 _IDENTIFIED_FIELDS = {
@@ -237,6 +263,11 @@ _IDENTIFIED_FIELDS = {
     'motor_dead_zone_v': ('motor_dead_zone_v', False),
     'arm_coulomb_friction_nm': ('arm_coulomb_friction_nm', False),
     'sensing_latency_s': ('sensing_latency_periods', False),
+    'motor_dead_zone_offset_v': ('motor_dead_zone_offset_v', False),
+    'arm_static_friction_nm': ('arm_static_friction_nm', False),
+    'actuator_lag_s': ('actuator_lag_s', False),
+    'arm_cable_stiffness_nm_per_rad': ('arm_cable_stiffness_nm_per_rad', False),
+    'pendulum_inertia_factor': ('pendulum_inertia_scale', True),
 }
 
 
@@ -260,12 +291,14 @@ def around_identified(path: str | Path, period_s: float) -> Randomization:
             f'(python -m rip_learner.identify writes one); {path} has none'
         )
     ranges: dict[str, tuple[float, float]] = {}
+    selection = (doc.get('identification') or {}).get('selection') or {}
+    widen = float(selection.get('randomization_scale', 1.0))  # what the model leaves unexplained
     for name, (field_name, is_scale) in _IDENTIFIED_FIELDS.items():
         entry = fitted.get(name) or {}
         if not entry.get('determined') or entry.get('std') is None:
             continue  # the standard range
-        value, std = float(entry['value']), float(entry['std'])
-        floor = IDENTIFIED_FLOORS[name]
+        value, std = float(entry['value']), widen * float(entry['std'])
+        floor = widen * IDENTIFIED_FLOORS[name]
         if is_scale:
             w = min(0.5, max(floor, IDENTIFIED_SIGMAS * std / value if value > 0 else floor))
             ranges[field_name] = (1.0 - w, 1.0 + w)

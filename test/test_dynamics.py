@@ -151,9 +151,10 @@ def test_the_actuator_lag_delays_the_motor_voltage_by_its_time_constant():
     dyn.step(h, 5.0, engaged=False)  # a disengaged driver drives nothing
     assert dyn.motor_volts == 0.0
     assert FurutaDynamics(PendulumParams()).params.actuator_lag_s == 0.0
-    assert _arm_after(PendulumParams(), 5.0, 0.02).theta > _arm_after(
-        PendulumParams(actuator_lag_s=lag), 5.0, 0.02
-    ).theta
+    assert (
+        _arm_after(PendulumParams(), 5.0, 0.02).theta
+        > _arm_after(PendulumParams(actuator_lag_s=lag), 5.0, 0.02).theta
+    )
 
 
 def test_a_heavier_inertia_about_the_centre_of_mass_slows_the_swing():

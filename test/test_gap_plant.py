@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+import re
 import subprocess
 import sys
 import time
@@ -374,3 +375,25 @@ def test_the_offline_rig_reads_the_replies_as_counts_and_timestamps():
     assert reading.alpha == pytest.approx(
         math.floor(0.3 * 512 / (2 * math.pi)) * 2 * math.pi / 512
     )
+
+
+OFFLINE = (
+    'python -m rip_bench.offline_rig --params bench/rigs/gap_sticky.yaml '
+    '--policy policies/sim_50hz/policy.safetensors --episodes 5 --seconds 10'
+)
+
+
+@pytest.mark.readme(OFFLINE)
+def test_the_documented_offline_run_shows_the_shipped_policy_failing_on_the_sticky_rig():
+    """docs/reality_gap.md's command as typed: the shipped policy balances under 1 s there."""
+    out = subprocess.run(
+        [sys.executable, *OFFLINE.split()[1:]],
+        env=child_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    mean = re.search(r'^mean balance (\d+\.\d+) s over 5 episodes$', out.stdout, re.M)
+    assert mean and float(mean[1]) < 1.0, out.stdout

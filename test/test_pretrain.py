@@ -89,6 +89,11 @@ def _inside(rig: PendulumParams, r: Randomization) -> bool:
         'motor_dead_zone_v': rig.motor_dead_zone_v,
         'encoder_noise_counts': rig.encoder_noise_counts,
         'sensing_latency_periods': rig.sensing_latency_s / 0.02,
+        'motor_dead_zone_offset_v': rig.motor_dead_zone_offset_v,
+        'arm_static_friction_nm': rig.arm_static_friction_nm,
+        'actuator_lag_s': rig.actuator_lag_s,
+        'arm_cable_stiffness_nm_per_rad': rig.arm_cable_stiffness_nm_per_rad,
+        'pendulum_inertia_scale': rig.pendulum_inertia_factor,
     }
     assert set(scales) == {f.name for f in fields(r)}
     return all(

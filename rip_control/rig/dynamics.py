@@ -179,9 +179,7 @@ class Coefficients:
 class _Ops:
     """The math the equations need, for floats (``math``) or arrays (``numpy``)."""
 
-    def __init__(
-        self, sin: Any, cos: Any, tanh: Any, exp: Any, where: Any, any_: Any
-    ) -> None:
+    def __init__(self, sin: Any, cos: Any, tanh: Any, exp: Any, where: Any, any_: Any) -> None:
         self.sin, self.cos, self.tanh, self.exp = sin, cos, tanh, exp
         self.where, self.any = where, any_
 
@@ -321,7 +319,10 @@ class FurutaDynamics:
         p = self.params
         return float(
             effective_voltage(
-                voltage_v, p.max_voltage_v, p.motor_dead_zone_v, p.motor_dead_zone_offset_v,
+                voltage_v,
+                p.max_voltage_v,
+                p.motor_dead_zone_v,
+                p.motor_dead_zone_offset_v,
                 FLOAT_OPS,
             )
         )

@@ -413,12 +413,12 @@ def _known(rig_s: float | None) -> float:
     return 0.0 if rig_s is None or math.isnan(rig_s) else rig_s
 
 
-def _episodes(report: dict[str, Any]) -> list[dict[str, float]]:
-    """What the loop reads of an evaluation report's episodes: the return and the balance."""
-    return [
-        {'ret': float(e['ret']), 'longest_balance_s': float(e['longest_balance_s'])}
-        for e in report['episodes']
-    ]
+def _episodes(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the loop keeps of an evaluation report's episodes: the return and the measures."""
+    from rip_control.run.evaluation import DEPLOYMENT_MEASURES
+
+    kept = ('ret', 'duration_s', *DEPLOYMENT_MEASURES)
+    return [{k: e[k] for k in kept if k in e} for e in report['episodes']]
 
 
 def _mean(values: list[float]) -> float:
@@ -630,8 +630,7 @@ def _loop(
     a.log(f'{a.run_dir}: policy {prior}, rig-time budget {budget_s:.0f} s')
     # 1. baseline deployment, after the excitation
     base = a.deploy(PHASES[0], prior, excitation=not own['identification'])
-    prior_balances = balances(base)
-    a.note('deployment', _deployment(own, prior_balances, None))
+    a.note('deployment', _deployment(own, base, None))
     # 2. identification, from the transitions alone
     identified, opts = _identify(a)
     # 3. re-training in simulation, the rig idle
@@ -676,7 +675,7 @@ def _loop(
     else:  # not one episode fitted: what goes on is deployed and measured already
         deployed, final = start, start_report
     a.results['deployed_policy'] = str(deployed)
-    a.results['deployment'] = _deployment(own, prior_balances, balances(final))
+    a.results['deployment'] = _deployment(own, base, final)
     return _finish(a)
 
 
@@ -693,19 +692,28 @@ def _action_histories(a: Adapt, prior: Path) -> tuple[int, int]:
 
 
 def _deployment(
-    own: dict[str, Any], prior: list[float], adapted: list[float] | None
+    own: dict[str, Any], prior: dict[str, Any], adapted: dict[str, Any] | None
 ) -> dict[str, Any]:
-    """The summary's ``deployment``: the prior's balances, and the adapted's once deployed."""
+    """The summary's ``deployment``: the prior's deployment, and the adapted's once deployed.
+
+    The mean balances and their per-episode lists, and each deployment's measures with their
+    90 % intervals (:func:`rip_control.run.evaluation.deployment_measures`).
+    """
+    from rip_control.run.evaluation import deployment_measures
+
     out: dict[str, Any] = {
         'episodes': own['deployment_episodes'],
         'episode_seconds': own['deployment_episode_seconds'],
-        'prior_balance_s': _mean(prior),
+        'prior_balance_s': _mean(balances(prior)),
     }
     if adapted is not None:
-        out['adapted_balance_s'] = _mean(adapted)
-    out['prior_episodes_s'] = prior
+        out['adapted_balance_s'] = _mean(balances(adapted))
+    out['prior_episodes_s'] = balances(prior)
     if adapted is not None:
-        out['adapted_episodes_s'] = adapted
+        out['adapted_episodes_s'] = balances(adapted)
+    out['prior_measures'] = deployment_measures(prior['episodes'])
+    if adapted is not None:
+        out['adapted_measures'] = deployment_measures(adapted['episodes'])
     return out
 
 
@@ -793,9 +801,15 @@ def _finish(a: Adapt) -> dict[str, Any]:
     _plot(a.run_dir / PLOT, summary)
     summary = a.save('done')
     d: dict[str, Any] = summary['deployment']
+    ci = d['adapted_measures'].get('longest_balance_s', {})
+    interval = (
+        f', 90 % interval {ci["ci90_low"]:.2f}-{ci["ci90_high"]:.2f} s'
+        if ci.get('ci90_low') is not None
+        else ''
+    )
     a.log(
         f'done: balance {d["prior_balance_s"]:.2f} s -> {d["adapted_balance_s"]:.2f} s '
-        f'(mean of {d["episodes"]} x {d["episode_seconds"]:g} s from hanging) in '
+        f'(mean of {d["episodes"]} x {d["episode_seconds"]:g} s from hanging{interval}) in '
         f'{a.rig_s:.0f} s of rig time, {summary["wall_seconds"]:.0f} s wall; '
         f'{a.run_dir / SUMMARY}'
     )

@@ -8,7 +8,9 @@ import pytest
 from rip_control.run.evaluation import (
     balance_windows,
     chatter,
+    deployment_measures,
     episode_metrics,
+    mean_interval,
     phi_from_obs,
     summarize,
 )
@@ -28,6 +30,8 @@ def test_balance_windows_measure_each_continuous_stretch_below_the_threshold():
     assert m.longest_balance_s == pytest.approx(2.0)
     assert m.swing_up_s == pytest.approx(0.2)  # the first window lasting >= 0.5 s
     assert m.balanced_fraction == pytest.approx(150 / 170)
+    # After the swing-up (0.2 s in): 150 of 160 ticks balanced, the hanging start not counted.
+    assert m.balanced_after_swing_up == pytest.approx(150 / 160)
     assert m.duration_s == pytest.approx(170 * T)
 
 
@@ -151,3 +155,29 @@ def test_the_evaluations_recorder_takes_only_its_own_runs_transitions() -> None:
     for step, run_id in enumerate(['runours', '', 'runtheirs']):
         anyone._on_transition(message(step, run_id))
     assert len(anyone.received) == 3 and anyone.foreign == 0
+
+
+def test_an_episode_that_never_swings_up_has_no_balance_after_it():
+    phi = np.full(100, 3.0)
+    m = episode_metrics(phi, np.zeros(100), np.full(100, T), T)
+    assert m.swing_up_s is None and m.balanced_after_swing_up == 0.0
+
+
+def test_the_mean_interval_is_students_t_at_90_percent():
+    got = mean_interval([8.0, 9.0, 10.0])  # mean 9, sd 1, n 3: t(2 df) = 2.920
+    half = 2.920 / math.sqrt(3)
+    assert got == pytest.approx({'mean': 9.0, 'ci90_low': 9 - half, 'ci90_high': 9 + half, 'n': 3})
+    assert mean_interval([7.0])['ci90_low'] is None  # one episode: no interval
+    wide, narrow = mean_interval([1.0, 9.0] * 3), mean_interval([4.9, 5.1] * 3)
+    assert wide['ci90_high'] - wide['ci90_low'] > 10 * (narrow['ci90_high'] - narrow['ci90_low'])
+
+
+def test_a_deployment_that_never_swings_up_counts_its_whole_length_as_the_swing_up():
+    episodes = [
+        {'duration_s': 10.0, 'longest_balance_s': 0.2, 'swing_up_s': None},
+        {'duration_s': 10.0, 'longest_balance_s': 8.0, 'swing_up_s': 2.0},
+    ]
+    got = deployment_measures(episodes)
+    assert got['swing_up_s']['mean'] == pytest.approx(6.0)
+    assert got['longest_balance_s']['mean'] == pytest.approx(4.1)
+    assert 'action_tv_per_s' not in got  # an episode without it: not made up

@@ -31,6 +31,7 @@ class EpisodeMetrics:
     duration_s: float
     longest_balance_s: float
     balanced_fraction: float
+    balanced_after_swing_up: float  # share of the time after the swing-up (0: none)
     swing_up_s: float | None  # None: never balanced for SWING_UP_HOLD_S
     action_tv_per_s: float  # total variation of the action per second
     sign_changes_per_s: float
@@ -110,10 +111,15 @@ def episode_metrics(
     swing_up = next((start for start, length in windows if length >= SWING_UP_HOLD_S), None)
     tv, changes = chatter(action, duration)
     dev = np.abs(dt - period_s)
+    after = 0.0
+    if swing_up is not None:
+        later = np.cumsum(dt) - dt > swing_up - 1e-9  # the ticks from the swing-up on
+        after = float(dt[later & (np.abs(phi) < threshold_rad)].sum() / dt[later].sum())
     return EpisodeMetrics(
         duration_s=duration,
         longest_balance_s=max((length for _, length in windows), default=0.0),
         balanced_fraction=float(dt[np.abs(phi) < threshold_rad].sum() / duration),
+        balanced_after_swing_up=after,
         swing_up_s=swing_up,
         action_tv_per_s=tv,
         sign_changes_per_s=changes,
@@ -151,6 +157,53 @@ def summarize(episodes: list[EpisodeMetrics]) -> dict[str, Any]:
     out['swing_up_s_mean'] = float(np.mean(ups)) if ups else None
     rets = [e.ret for e in episodes if e.ret is not None]
     out['return_mean'] = float(np.mean(rets)) if rets else None
+    return out
+
+
+#: Student's t at 95 % (one side), by degrees of freedom: a 90 % two-sided interval of a mean.
+_T90 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833}
+_T90_LARGE = 1.812  # 10 degrees of freedom; an overstatement beyond (1.645 at infinity)
+
+
+def mean_interval(values: list[float]) -> dict[str, float | None]:
+    """The mean of ``values`` and its 90 % confidence interval (Student's t; None if n < 2).
+
+    Treats the episodes as independent draws of the policy on the rig: what a repeated
+    deployment of the same policy would land within, nine times in ten.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return {'mean': None, 'ci90_low': None, 'ci90_high': None, 'n': 0}
+    mean = float(v.mean())
+    if v.size < 2:
+        return {'mean': mean, 'ci90_low': None, 'ci90_high': None, 'n': 1}
+    half = _T90.get(v.size - 1, _T90_LARGE) * float(v.std(ddof=1)) / float(np.sqrt(v.size))
+    return {'mean': mean, 'ci90_low': mean - half, 'ci90_high': mean + half, 'n': int(v.size)}
+
+
+#: What a deployment's summary gives of its episodes, each with its 90 % interval.
+DEPLOYMENT_MEASURES = (
+    'longest_balance_s',
+    'balanced_after_swing_up',
+    'swing_up_s',
+    'action_tv_per_s',
+    'sign_changes_per_s',
+)
+
+
+def deployment_measures(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """:data:`DEPLOYMENT_MEASURES` over a deployment's episodes (those an episode has).
+
+    A swing-up that never happened counts as the episode's whole length (it is not faster).
+    """
+    out: dict[str, Any] = {}
+    for name in DEPLOYMENT_MEASURES:
+        if not all(name in e for e in episodes):
+            continue
+        values = [
+            e.get('duration_s', 0.0) if e[name] is None else float(e[name]) for e in episodes
+        ]
+        out[name] = mean_interval(values)
     return out
 
 

@@ -161,6 +161,45 @@ def identify_one(rig_file: str, seed: int, episodes: int, opts: dict[str, Any]) 
     }
 
 
+def identify_gap(rig_file: str, seed: int, episodes: int, opts: dict[str, Any]) -> dict[str, Any]:
+    """A reality-gap rig: what the identification's term selection finds, and what it leaves.
+
+    Recorded offline behind the real firmware logic (:func:`rip_bench.offline_rig.record_session`:
+    the excitation, then ``episodes`` of the shipped policy). The gap plant's effects have
+    other forms than the model's terms, so there is no true value to score against: the record
+    is the selection (each term's held-out cost without and with it, kept or not) and the
+    held-out error of the base and the chosen model.
+    """
+    from rip_bench.offline_rig import record_session
+    from rip_control.rig.dynamics import PendulumParams
+    from rip_learner.identify import identify, records_from_arrays
+
+    arrays = record_session(rig_file, DEFAULT_POLICY, episodes=episodes, seed=seed)
+    records = records_from_arrays(arrays, 1.0 / opts['rate_hz'], opts['max_action_v'])
+    result, _ = identify(records, PendulumParams(), {**opts, 'seed': seed}, log=lambda _: None)
+    sel = result.selection or {}
+    kept = [v['term'] for v in sel.get('terms', {}).values() if v['kept']]
+    print(
+        f'{Path(rig_file).stem} seed {seed}, {result.seconds_of_data:.0f} s of data: terms '
+        f'{", ".join(kept) or "none"}; held-out RMS (mrad) base '
+        + '/'.join(f'{1e3 * v:.1f}' for v in sel.get('base_held_out_rms_rad', {}).values())
+        + ' -> '
+        + '/'.join(f'{1e3 * v:.1f}' for v in sel.get('held_out_rms_rad', {}).values())
+        + f'; {result.wall_s:.0f} s',
+        flush=True,
+    )
+    return {
+        'rig': rig_file,
+        'kind': 'reality gap',
+        'seed': seed,
+        'episodes': episodes,
+        'seconds_of_data': result.seconds_of_data,
+        'wall_s': result.wall_s,
+        'selection': sel,
+        'identified': result.summary()['identified'],
+    }
+
+
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The ``identification`` options."""
     ap.add_argument('--rigs', nargs='+', default=list(RIGS))
@@ -180,8 +219,10 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     from rip_learner.identify import OPTIONS
 
     opts = defaults(OPTIONS)
+    from rip_control.rig.gap_plant import load_gap
+
     runs = [
-        identify_one(rig, seed, episodes, opts)
+        (identify_gap if load_gap(rig) else identify_one)(rig, seed, episodes, opts)
         for episodes in a.episodes
         for rig in a.rigs
         for seed in a.seeds

@@ -258,3 +258,43 @@ def test_a_parameter_the_data_does_not_determine_keeps_the_prior_and_is_named() 
     rest = [e for e in result.estimates if e is not damping and e.name in base]
     assert len(rest) == len(base) - 1 and all(e.determined and e.std > 0 for e in rest)
     assert sum('fit:' in x for x in lines) == 2
+
+
+def test_a_dead_zone_that_passes_one_direction_sooner_is_kept_by_the_held_out_windows(
+    tmp_path: Path,
+) -> None:
+    """A rig outside the model: the off-centre term is kept because it predicts held-out data.
+
+    The gap plant's dead zone is subtractive and asymmetric (0.3 V one way, 1.2 V the other)
+    and its friction sticks: forms the model does not have. Recorded offline behind the real
+    firmware logic (the excitation and two episodes of the shipped policy). The base model
+    (a centred dead zone) cannot represent it; the widened one keeps the dead zone's offset,
+    towards the side that loses more, predicts the held-out windows better, and says the rest
+    is a gap.
+    """
+    from rip_bench.common import DEFAULT_POLICY
+    from rip_bench.offline_rig import record_session
+
+    rig = tmp_path / 'asymmetric.yaml'
+    rig.write_text(
+        'rig:\n  encoder_noise_counts: 0.3\n'
+        'gap:\n  breakaway_torque_nm: 0.008\n  sliding_torque_nm: 0.003\n'
+        '  stribeck_velocity_rad_s: 0.05\n  stribeck_exponent: 1.0\n'
+        '  dead_zone_pos_v: 0.3\n  dead_zone_neg_v: 1.2\n'
+    )
+    records = identify.records_from_arrays(
+        record_session(rig, DEFAULT_POLICY, episodes=2), 0.02, 8.0
+    )
+    result, _ = identify.identify(
+        records, PendulumParams(), _opts(generations=40, restarts=0), log=lambda _: None
+    )
+    sel = result.selection
+    assert sel is not None
+    kept = [name for name, v in sel['terms'].items() if v['kept']]
+    assert 'motor_dead_zone_offset_v' in kept, sel['terms']
+    offset = next(e for e in result.estimates if e.name == 'motor_dead_zone_offset_v')
+    assert offset.determined and offset.value < -0.3  # the zone reaches further negative
+    assert 'pendulum_inertia_factor' not in kept and 'actuator_lag_s' not in kept
+    base, chosen = sel['base_held_out_rms_rad'], sel['held_out_rms_rad']
+    assert max(chosen.values()) < 0.8 * max(base.values())
+    assert sel['expect_gap'] and sel['randomization_scale'] > 1.0

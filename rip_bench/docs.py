@@ -276,6 +276,11 @@ def headline_table() -> str:
             'adapt_qube_servo2_k2_seed*.json',
         ),
         _adapt_row('... and on a heavy one', 'adapt_heavy_k2_seed*.json'),
+        _adapt_row(
+            '`adapt` on a rig outside the model (reality gap: stick-slip friction, a one-sided '
+            'dead zone, a cable, driver dynamics, jittery readings), before → after',
+            'adapt_gap_*_seed*.json',
+        ),
         _v5_row(),
         _timing_row(),
         _demo_row(),

@@ -676,6 +676,7 @@ def _loop(
         deployed, final = start, start_report
     a.results['deployed_policy'] = str(deployed)
     a.results['deployment'] = _deployment(own, base, final)
+    a.results['finetune_gain_s'] = _gain(final, start_report) if fine else None
     return _finish(a)
 
 
@@ -715,6 +716,17 @@ def _deployment(
     if adapted is not None:
         out['adapted_measures'] = deployment_measures(adapted['episodes'])
     return out
+
+
+def _gain(final: dict[str, Any], start: dict[str, Any]) -> dict[str, Any]:
+    """What the fine-tune on the rig added, with its 90 % interval.
+
+    The final deployment's balance over the deployment of the policy the fine-tune started
+    from: two samples of one rig.
+    """
+    from rip_control.run.evaluation import difference_interval
+
+    return difference_interval(balances(final), balances(start))
 
 
 def _identify(a: Adapt) -> tuple[Path, dict[str, Any]]:

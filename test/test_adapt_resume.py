@@ -171,6 +171,18 @@ def test_a_run_faulted_in_the_fine_tune_is_recorded_and_resumed_without_its_fini
     assert s['phases'][3]['policy'] == s['phases'][2 if went_on == 'candidate' else 0]['policy']
     assert s['deployed_policy'] == s['phases'][4]['policy']
     assert len(s['deployment']['adapted_episodes_s']) == 1
+    # The measures of each deployment, and what the fine-tune added over where it started
+    # (one episode each: a mean, no interval).
+    measured = s['deployment']['adapted_measures']['longest_balance_s']
+    assert measured['mean'] == s['deployment']['adapted_balance_s'] and measured['n'] == 1
+    assert set(s['deployment']['prior_measures']) >= {'balanced_after_swing_up', 'swing_up_s'}
+    start = (
+        s['candidate']
+        if went_on == 'candidate'
+        else {'balance_s': s['deployment']['prior_balance_s']}
+    )
+    gain = s['finetune_gain_s']
+    assert gain['mean'] == pytest.approx(s['deployment']['adapted_balance_s'] - start['balance_s'])
     assert s['options']['resume'] is True and first['options']['resume'] is False
     print(f'fault run {fault_s:.0f} s, resume {time.monotonic() - started - fault_s:.0f} s')
 

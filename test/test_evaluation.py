@@ -9,6 +9,7 @@ from rip_control.run.evaluation import (
     balance_windows,
     chatter,
     deployment_measures,
+    difference_interval,
     episode_metrics,
     mean_interval,
     phi_from_obs,
@@ -181,3 +182,14 @@ def test_a_deployment_that_never_swings_up_counts_its_whole_length_as_the_swing_
     assert got['swing_up_s']['mean'] == pytest.approx(6.0)
     assert got['longest_balance_s']['mean'] == pytest.approx(4.1)
     assert 'action_tv_per_s' not in got  # an episode without it: not made up
+
+
+def test_the_gain_of_one_deployment_over_another_is_welchs_interval():
+    # Equal spreads and sizes: Welch's df is 2 (n - 1) = 4, so t = 2.132.
+    got = difference_interval([9.0, 9.2, 9.4], [6.0, 6.2, 6.4])
+    half = 2.132 * math.sqrt(2 * 0.04 / 3)
+    assert got == pytest.approx({'mean': 3.0, 'ci90_low': 3 - half, 'ci90_high': 3 + half})
+    # A gain the spread cannot tell from none: the interval spans zero.
+    noisy = difference_interval([9.0, 1.0, 9.0], [6.0, 6.0, 6.0])
+    assert noisy['ci90_low'] < 0.0 < noisy['ci90_high']
+    assert difference_interval([9.0], [6.0, 7.0])['ci90_low'] is None

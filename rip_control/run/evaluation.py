@@ -181,6 +181,26 @@ def mean_interval(values: list[float]) -> dict[str, float | None]:
     return {'mean': mean, 'ci90_low': mean - half, 'ci90_high': mean + half, 'n': int(v.size)}
 
 
+def difference_interval(after: list[float], before: list[float]) -> dict[str, float | None]:
+    """``mean(after) - mean(before)`` and its 90 % interval (Welch's t; None if either n < 2).
+
+    Two deployments of different policies on one rig are independent samples, not pairs.
+    """
+    a, b = np.asarray(after, dtype=np.float64), np.asarray(before, dtype=np.float64)
+    if a.size == 0 or b.size == 0:
+        return {'mean': None, 'ci90_low': None, 'ci90_high': None}
+    diff = float(a.mean() - b.mean())
+    if a.size < 2 or b.size < 2:
+        return {'mean': diff, 'ci90_low': None, 'ci90_high': None}
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    se = float(np.sqrt(va + vb))
+    if se == 0.0:
+        return {'mean': diff, 'ci90_low': diff, 'ci90_high': diff}
+    df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+    half = _T90.get(max(1, int(df)), _T90_LARGE) * se  # df rounded down: the wider interval
+    return {'mean': diff, 'ci90_low': diff - half, 'ci90_high': diff + half}
+
+
 #: What a deployment's summary gives of its episodes, each with its 90 % interval.
 DEPLOYMENT_MEASURES = (
     'longest_balance_s',

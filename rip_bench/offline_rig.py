@@ -24,6 +24,7 @@ from collections.abc import Callable
 import math
 from pathlib import Path
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -161,17 +162,8 @@ def _task(rate_hz: float, seconds: float, action_history: int, **values: float) 
     )
 
 
-def evaluate_policy(
-    params_path: str | Path,
-    policy_path: str | Path,
-    *,
-    episodes: int = 5,
-    seconds: float = 10.0,
-    seed: int = 0,
-    act_delay_s: float = 0.001,
-) -> list[EpisodeMetrics]:
-    """The policy's deterministic actor on the rig file, ``episodes`` from hanging at rest."""
-    params, gap = load_rig(params_path)
+def _policy(policy_path: str | Path, seconds: float) -> tuple[RipTask, Any]:
+    """A policy file's task (its rate and action history, episodes of ``seconds``), its actor."""
     meta = read_metadata(Path(policy_path).read_bytes())
     rate_hz = float(meta.get('rate_hz', 50.0))
     k = int(meta.get('action_history', 0))
@@ -183,6 +175,21 @@ def evaluate_policy(
         action_size=1,
         action_history=k,
     )
+    return task, actor
+
+
+def evaluate_policy(
+    params_path: str | Path,
+    policy_path: str | Path,
+    *,
+    episodes: int = 5,
+    seconds: float = 10.0,
+    seed: int = 0,
+    act_delay_s: float = 0.001,
+) -> list[EpisodeMetrics]:
+    """The policy's deterministic actor on the rig file, ``episodes`` from hanging at rest."""
+    params, gap = load_rig(params_path)
+    task, actor = _policy(policy_path, seconds)
     rig = OfflineRig(params, gap, seed=seed)
     starts = np.random.default_rng(seed).uniform(-HANGING_SPREAD_RAD, HANGING_SPREAD_RAD, episodes)
     results = []
@@ -266,15 +273,18 @@ def record_session(
     """What ``adapt``'s baseline records, offline: the excitation, then the policy's episodes.
 
     Replay-buffer arrays: the excitation (episode 0), then ``episodes`` deterministic
-    episodes of ``policy_path`` (a 50 Hz actor without action history) of ``seconds`` from
-    hanging at rest, numbered from 1.
+    episodes of ``policy_path`` of ``seconds`` from hanging at rest, numbered from 1.
     """
     params, gap = load_rig(params_path)
-    parts = [record_excitation(params_path, seed=seed)]
-    task = _task(50.0, seconds, 0)
-    actor = load_actor_file(
-        policy_path, rate_hz=50.0, obs_size=task.config.obs_size, action_size=1, action_history=0
-    )
+    task, actor = _policy(policy_path, seconds)
+    parts = [
+        record_excitation(
+            params_path,
+            rate_hz=task.config.rate_hz,
+            action_history=task.config.action_history,
+            seed=seed,
+        )
+    ]
     rig = OfflineRig(params, gap, seed=seed + 1)
     for episode in range(1, episodes + 1):
         tr = run_episode(

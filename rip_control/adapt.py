@@ -797,13 +797,19 @@ def _recorded_policy(a: Adapt, name: str) -> Path | None:
 
 
 def _candidate_record(version: int, verdict: Any, report: dict[str, Any]) -> dict[str, Any]:
-    """The summary's record of a candidate: its version, the guard's verdict, its balances."""
+    """The summary's record of a candidate: its version, the guard's verdict, its balances.
+
+    With its deployment's measures and their 90 % intervals.
+    """
+    from rip_control.run.evaluation import deployment_measures
+
     return {
         'policy_version': version,
         'verdict': verdict.kind,
         'reason': verdict.reason,
         'balance_s': _mean(balances(report)),
         'episodes_s': balances(report),
+        'measures': deployment_measures(report['episodes']),
     }
 
 

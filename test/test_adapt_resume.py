@@ -176,6 +176,7 @@ def test_a_run_faulted_in_the_fine_tune_is_recorded_and_resumed_without_its_fini
     measured = s['deployment']['adapted_measures']['longest_balance_s']
     assert measured['mean'] == s['deployment']['adapted_balance_s'] and measured['n'] == 1
     assert set(s['deployment']['prior_measures']) >= {'balanced_after_swing_up', 'swing_up_s'}
+    assert s['candidate']['measures']['longest_balance_s']['mean'] == s['candidate']['balance_s']
     start = (
         s['candidate']
         if went_on == 'candidate'

@@ -277,9 +277,14 @@ def headline_table() -> str:
         ),
         _adapt_row('... and on a heavy one', 'adapt_heavy_k2_seed*.json'),
         _adapt_row(
-            '`adapt` on a rig outside the model (reality gap: stick-slip friction, a one-sided '
-            'dead zone, a cable, driver dynamics, jittery readings), before → after',
-            'adapt_gap_*_seed*.json',
+            '`adapt` on a rig outside the model (reality gap: stick-slip friction, a dead zone '
+            'wider one way), before → after',
+            'adapt_gap_sticky_seed*.json',
+        ),
+        _adapt_row(
+            '... and on a laggy one (command delay, a ringing driver, jittery readings, '
+            'backlash)',
+            'adapt_gap_laggy_seed*.json',
         ),
         _v5_row(),
         _timing_row(),

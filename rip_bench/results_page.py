@@ -595,7 +595,9 @@ ADAPT = Result(
 )
 
 #: ``adapt`` on the reality-gap rigs (``bench/rigs/gap_*.yaml``: a plant outside the model).
-GAP_ADAPT = tuple(f'adapt_gap_{rig}_seed{seed}.json' for rig, seed in (('sticky', 0),))
+GAP_ADAPT = tuple(
+    f'adapt_gap_{rig}_seed{seed}.json' for rig, seed in (('sticky', 0), ('laggy', 0))
+)
 
 
 def _gap_adapt_setup(r: Records) -> str:
@@ -604,7 +606,7 @@ def _gap_adapt_setup(r: Records) -> str:
         '([reality_gap.md](reality_gap.md)), whose friction, dead zone, cable, actuator, '
         'pendulum, backlash and sensing have forms the identification and the simulator do not '
         'contain; the loop and its budget as above. The shipped policy balances under a second '
-        'on the sticky rig.'
+        'on the sticky rig and the laggy one.'
     )
 
 
@@ -641,7 +643,7 @@ GAP_ADAPT_RESULT = Result(
     setup=_gap_adapt_setup,
     tables=(Table('adapt', GAP_ADAPT),),
     conclusion=_gap_adapt_conclusion,
-    replicate=('python -m rip_bench adapt --rig bench/rigs/gap_sticky.yaml --seed N --json FILE',),
+    replicate=('python -m rip_bench adapt --rig bench/rigs/gap_RIG.yaml --seed N --json FILE',),
 )
 
 PLAIN = ('plain_stuck_seed0_b1a5e48.json', 'plain_stuck_seed0.json', 'adapt_stuck_seed0.json')

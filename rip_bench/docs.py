@@ -282,8 +282,7 @@ def headline_table() -> str:
             'adapt_gap_sticky_seed*.json',
         ),
         _adapt_row(
-            '... and on a laggy one (command delay, a ringing driver, jittery readings, '
-            'backlash)',
+            '... and on a laggy one (command delay, a ringing driver, jittery readings, backlash)',
             'adapt_gap_laggy_seed*.json',
         ),
         _v5_row(),

@@ -628,11 +628,20 @@ def _gap_adapt_conclusion(r: Records) -> str:
                 else ''
             )
         )
+    by_rig: dict[str, list[float]] = {}
+    for d in runs:
+        by_rig.setdefault(Path(d['rig']).stem, []).append(_after(d))
+    spread = [
+        f'{rig}: {len(v)} seeds, final balances {_list(v)} s, {max(v) - min(v):.2f} s apart'
+        for rig, v in by_rig.items()
+        if len(v) > 1
+    ]
     return (
         _bullets(*lines)
-        + '\n\nOne seed per rig so far: these runs show that the loop can rescue a rig outside '
-        'its model, not yet that it does so dependably (the goal: three seeds within a second '
-        'of each other).'
+        + '\n\n'
+        + (('Over seeds: ' + '; '.join(spread) + '. ') if spread else '')
+        + 'Too few seeds to call the outcome dependable: the goal is three seeds per rig '
+        'within a second of each other, and a 60-s deployment.'
     )
 
 

@@ -596,7 +596,8 @@ ADAPT = Result(
 
 #: ``adapt`` on the reality-gap rigs (``bench/rigs/gap_*.yaml``: a plant outside the model).
 GAP_ADAPT = tuple(
-    f'adapt_gap_{rig}_seed{seed}.json' for rig, seed in (('sticky', 0), ('laggy', 0))
+    f'adapt_gap_{rig}_seed{seed}.json'
+    for rig, seed in (('sticky', 0), ('sticky', 1), ('laggy', 0))
 )
 
 

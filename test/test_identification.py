@@ -224,7 +224,16 @@ def test_a_search_out_of_time_ends_with_what_it_has() -> None:
     assert cost[0] <= cost[1]
 
 
-def test_a_parameter_the_data_does_not_determine_keeps_the_prior_and_is_named() -> None:
+@pytest.mark.parametrize('prior_damping', [3e-5, 1.5e-4], ids=['prior_right', 'prior_far'])
+def test_a_parameter_the_data_does_not_determine_keeps_the_prior_and_is_named(
+    prior_damping: float,
+) -> None:
+    """An undetermined parameter keeps its prior and is named, unless the prior is ruled out.
+
+    With its prior at the truth, dropping it costs nothing: it keeps the prior and the rest
+    are fitted again. With a prior five times the truth, holding it there would raise the
+    cost by more than the rule allows: it stays fitted, and the log says it was needed.
+    """
     from rip_bench.identification import simulated_recording
 
     truth = PendulumParams.from_yaml(REPO / 'config' / 'rig_shifted_worn.yaml')
@@ -242,15 +251,21 @@ def test_a_parameter_the_data_does_not_determine_keeps_the_prior_and_is_named() 
     monkey = pytest.MonkeyPatch()
     monkey.setattr(identify, 'FITTED', tuple(strict))
     try:
-        prior = replace(truth, pendulum_viscous_damping_nms_per_rad=5e-5)
+        prior = replace(truth, pendulum_viscous_damping_nms_per_rad=prior_damping)
         opts = _opts(restarts=0, generations=20, initial_step=0.01)
         result, _ = identify.identify(records, prior, opts, lines.append)
     finally:
         monkey.undo()
+    if prior_damping != truth.pendulum_viscous_damping_nms_per_rad:
+        assert result.undetermined == [], lines
+        assert any('pendulum_viscous_damping_nms_per_rad: needed (cost' in x for x in lines)
+        fitted = result.params.pendulum_viscous_damping_nms_per_rad
+        assert fitted < prior_damping, fitted  # moved towards the truth
+        return
     assert result.undetermined == ['pendulum_viscous_damping_nms_per_rad']
     damping = next(e for e in result.estimates if e.name == result.undetermined[0])
     assert not damping.determined and np.isnan(damping.std)
-    assert result.params.pendulum_viscous_damping_nms_per_rad == 5e-5  # the prior's
+    assert result.params.pendulum_viscous_damping_nms_per_rad == prior_damping  # the prior's
     assert any('pendulum_viscous_damping_nms_per_rad: not determined' in x for x in lines)
     # The rest of the base model was fitted again without it, and is determined (the terms
     # beyond it are kept only where the held-out windows ask for them).

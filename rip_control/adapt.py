@@ -56,6 +56,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 import contextlib
+from dataclasses import dataclass
 import itertools
 import json
 import math
@@ -93,7 +94,9 @@ OPTIONS = (
         True,
         "identify again from the baseline's and the candidate's transitions; when a parameter "
         'moved by more than the identification counts as determined and the rig budget has '
-        "room for a second candidate's deployment, re-train at it and judge that candidate too",
+        "room for a second candidate's deployment, re-train at it and judge that candidate too "
+        '(it replaces a promoted first candidate only if its balance is shown better: the 90 % '
+        'interval of the difference above 0)',
     ),
     Param(
         'resume',
@@ -651,7 +654,15 @@ def _loop(
     }
     if own['reidentify'] and not own['identification']:
         again = _again(
-            a, opts, identified, k, randomization, version + VERSION_GAP, budget_s, start_report
+            a,
+            opts,
+            identified,
+            k,
+            randomization,
+            version + VERSION_GAP,
+            budget_s,
+            start_report,
+            replaces_candidate=verdict.kind == 'promoted',
         )
         if again.get('verdict') == 'promoted':
             start, start_report = Path(again['policy']), again.pop('report')
@@ -934,14 +945,19 @@ def _again(
     version: int,
     budget_s: float,
     against: dict[str, Any],
+    replaces_candidate: bool = False,
 ) -> dict[str, Any]:
     """Identify again from the baseline's and the candidate's transitions; maybe re-train.
 
     A second candidate is re-trained (warm from the first re-training) and deployed only when
     a parameter :func:`moved` and the rig budget has room for its deployment besides the final
     one's reserve, and judged against ``against`` (the deployment of the policy that goes on)
-    by the guard's rule. Returns what happened (and, when deployed, ``report``). The decision
-    is recorded as soon as made; resuming, it is read from the record.
+    by the guard's rule. When what goes on is the first re-trained policy
+    (``replaces_candidate``), the second must also be shown better (:func:`_shown_better`):
+    two re-trainings at nearly the same physics differ by the draw, and within the guard's
+    margins the second would replace a measured 9.31 s with 8.85 s (the sticky gap rig, seed
+    1). Returns what happened (and, when deployed, ``report``). The decision is recorded as
+    soon as made; resuming, it is read from the record.
     """
     done = dict(a.earlier.get(REIDENTIFICATION) or {}) or _identify_again(a, opts, first, budget_s)
     if not done.get('moved'):
@@ -954,10 +970,42 @@ def _again(
     )
     report = a.deploy(AGAIN[1], policy, excitation=False)
     verdict = _judge(a, against, report)
+    if verdict.kind == 'promoted' and replaces_candidate:
+        verdict = _shown_better(verdict, report, against)
     _log_verdict(a, AGAIN[1], verdict, 'second re-trained', 'same')
     done.update(policy=str(policy), verdict=verdict.kind)
     done['candidate'] = _candidate_record(version, verdict, report)
     return {**done, 'report': report}
+
+
+@dataclass(frozen=True)
+class _NotShownBetter:
+    """A guard's promotion overruled: the second candidate did not show it is better."""
+
+    reason: str
+    kind: str = 'rejected'
+
+
+def _shown_better(verdict: Any, report: dict[str, Any], against: dict[str, Any]) -> Any:
+    """``verdict`` if ``report``'s balance beats ``against``'s with its 90 % interval above 0.
+
+    Otherwise a rejection that gives the difference and its interval (Welch's t over the two
+    deployments' episodes, :func:`rip_control.run.evaluation.difference_interval`; with one
+    episode each there is no interval, and nothing is shown).
+    """
+    from rip_control.run.evaluation import difference_interval
+
+    d = difference_interval(balances(report), balances(against))
+    if d['ci90_low'] is not None and d['ci90_low'] > 0.0:
+        return verdict
+    shown = (
+        f', 90 % interval {d["ci90_low"]:+.2f} to {d["ci90_high"]:+.2f} s'
+        if d['ci90_low'] is not None
+        else ' (one episode each: no interval)'
+    )
+    return _NotShownBetter(
+        f'not shown better than the first re-trained policy: balance {d["mean"]:+.2f} s{shown}'
+    )
 
 
 def _identify_again(
@@ -1009,23 +1057,34 @@ def finetune_within_budget(
     deployment = a.phases[-1]
     reserve = RESERVE_FACTOR * deployment['rig_seconds']
     left = budget_s - a.rig_s - reserve
-    # An episode's cost, its reset included: the last deployment's, for the fine-tune's length.
+    guard = _guard_settings(a)
+    # An episode's cost, its reset included: the last deployment's, for each episode's length.
     per_deployment = deployment['rig_seconds'] / int(a.own['deployment_episodes'])
-    per_episode = (
-        per_deployment
-        - float(a.own['deployment_episode_seconds'])
-        + float(a.control['episode_seconds'])
+    reset = per_deployment - float(a.own['deployment_episode_seconds'])
+    per_episode = reset + float(a.control['episode_seconds'])
+    per_evaluation = int(guard['eval_episodes']) * (
+        reset + (float(guard['eval_episode_seconds']) or float(a.control['episode_seconds']))
     )
     from rip_control.run.supervisor import RigBudget
 
     lag = RigBudget.REPORT_LAG_S  # the runner's stop rule keeps this margin too
-    if _episodes_that_fit(left - lag, per_episode, int(a.control['eval_every_episodes'])) < 1:
+    every = int(a.control['eval_every_episodes'])
+    if _episodes_that_fit(left - lag, per_episode, every, per_evaluation) < 1:
         a.log(f'fine-tune: {max(left, 0):.0f} s of rig time left: not one episode fits')
         return {}
-    a.log(f'fine-tune: until {left:.0f} s of rig time are spent (rig_seconds:={left:.1f})')
+    a.log(
+        f'fine-tune: until {left:.0f} s of rig time are spent (rig_seconds:={left:.1f}); the '
+        f'guard judges each candidate on {guard["eval_episodes"]} evaluation episodes'
+        + (f' of {guard["eval_episode_seconds"]} s' if guard['eval_episode_seconds'] else '')
+    )
     fine = a.phase(
         PHASES[3],
-        {'policy': str(start), 'episodes': '0', 'rig_seconds': f'{left:.1f}'},
+        {
+            'policy': str(start),
+            'episodes': '0',
+            'rig_seconds': f'{left:.1f}',
+            **{k: str(v) for k, v in guard.items()},
+        },
         lambda run_args: finetune_run(run_args, stream_logs=a.stream),
         lambda run: {
             'policy': str(start),
@@ -1033,7 +1092,8 @@ def finetune_within_budget(
         },
     )
     for e in fine.get('evaluations', []):
-        a.log(f'fine-tune: evaluation of v{e.get("policy_version")}: {e.get("verdict")}')
+        if e.get('verdict') != 'pending':
+            a.log(f'fine-tune: evaluation of v{e.get("policy_version")}: {e.get("verdict")}')
     return fine
 
 
@@ -1044,18 +1104,47 @@ from."""
 RESERVE_FACTOR = 1.1  # the final deployment's rig time, over the candidate's deployment's
 
 
-def _episodes_that_fit(left_s: float, per_episode_s: float, every: int) -> int:
+FINETUNE_EVAL_EPISODES = 3
+"""The fine-tune's guard judges a candidate on this many evaluation episodes, each as long
+as a deployment's (unless typed: ``eval_episodes:=``, ``eval_episode_seconds:=``). One
+episode of the node's default length spreads wider than the differences it judges, and caps
+balance at ~5 s: a fine-tuned policy could never rate above a re-trained one at that cap."""
+
+
+def _guard_settings(a: Adapt) -> dict[str, Any]:
+    """The fine-tune's guard evaluations: :data:`FINETUNE_EVAL_EPISODES` of a deployment's length.
+
+    Each setting the user's where typed (the params file included).
+    """
+    from rip_control.run.launching import launch_values, set_by_user
+
+    values = launch_values(a.runner)
+    ours = {
+        'eval_episodes': FINETUNE_EVAL_EPISODES,
+        'eval_episode_seconds': a.own['deployment_episode_seconds'],
+    }
+    return {
+        name: a.control[name] if set_by_user(a.runner, values, name) else value
+        for name, value in ours.items()
+    }
+
+
+def _episodes_that_fit(
+    left_s: float, per_episode_s: float, every: int, per_evaluation_s: float | None = None
+) -> int:
     """Training episodes that fit ``left_s`` of rig time.
 
-    ``n`` training episodes come with the guard's evaluations: its baseline at the start and
-    one after every ``every`` training episodes (none with the guard off), each about
-    ``per_episode_s`` with its reset.
+    ``n`` training episodes, each about ``per_episode_s`` with its reset, come with the
+    guard's evaluations: its baseline at the start and one after every ``every`` training
+    episodes (none with the guard off), each about ``per_evaluation_s`` (default: one
+    episode's).
     """
+    per_evaluation_s = per_episode_s if per_evaluation_s is None else per_evaluation_s
     n = 0
     while True:
         m = n + 1
         evaluations = (1 + m // every) if every > 0 else 0
-        if (m + evaluations) * per_episode_s > left_s:
+        if m * per_episode_s + evaluations * per_evaluation_s > left_s:
             return n
         n = m
 

@@ -403,6 +403,15 @@ CONTROL_PARAMETERS = (
         1.0,
     ),
     Param(
+        'eval_episodes',
+        1,
+        'regression guard: evaluation episodes in a row per candidate, judged on their mean '
+        'return and mean longest balance (one episode spreads wider than the differences it '
+        'judges)',
+        1,
+        100,
+    ),
+    Param(
         'eval_episode_seconds',
         0.0,
         'regression guard: evaluation episode length, s (0: episode_seconds; may be longer)',

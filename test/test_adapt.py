@@ -26,6 +26,13 @@ def test_the_fine_tune_starts_only_if_an_episode_and_the_guards_evaluations_fit(
     assert _episodes_that_fit(164.0, 33.0, every=2) == 2  # 4 episodes' worth: 2 + 2 evals
     assert _episodes_that_fit(65.0, 33.0, every=2) == 0  # one episode and its baseline: 66 s
     assert _episodes_that_fit(100.0, 10.0, every=0) == 10  # the guard off: no evaluations
+    # Evaluations of 3 episodes of 10 s with a 23-s reset each (99 s) beside training
+    # episodes of 6 s (29 s): the baseline and an episode take 128 s; two episodes bring the
+    # evaluation after them (256 s), a third needs 285 s.
+    assert _episodes_that_fit(160.0, 29.0, every=2, per_evaluation_s=99.0) == 1
+    assert _episodes_that_fit(284.0, 29.0, every=2, per_evaluation_s=99.0) == 2
+    assert _episodes_that_fit(285.0, 29.0, every=2, per_evaluation_s=99.0) == 3
+    assert _episodes_that_fit(127.0, 29.0, every=2, per_evaluation_s=99.0) == 0
 
 
 def _report(returns: list[float], balances: list[float]) -> dict:
@@ -238,6 +245,23 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
         adapt._again(loop, {}, first, 2, 'identified', 2001, 1e9, as_good)['verdict'] == 'promoted'
     )
 
+    # Replacing the first re-trained policy takes more: a balance shown better (its 90 %
+    # interval above 0), not one within the guard's margins.
+    def replacing(deployed: dict) -> dict:
+        return adapt._again(
+            loop, {}, first, 2, 'identified', 2001, 1e9, deployed, replaces_candidate=True
+        )
+
+    assert replacing(against)['verdict'] == 'promoted'  # 8.4, 8.5 s over 0.4, 0.5 s
+    tie = replacing(as_good)
+    assert tie['verdict'] == 'rejected', tie
+    assert (
+        'not shown better than the first re-trained policy: balance +0.00 s, 90 % interval'
+        in (tie['candidate']['reason'])
+    )
+    close = replacing(_report([440.0, 450.0], [8.2, 8.6]))  # better by 0.05 s, spread 0.4 s
+    assert close['verdict'] == 'rejected', close
+
 
 class _Identified:
     def summary(self) -> dict:
@@ -283,8 +307,8 @@ def test_the_fine_tune_starts_from_what_the_guard_promoted_and_from_nothing_else
         assert policy == candidate, policy
         return good if first == 'promoted' else bad
 
-    def again(a, opts, identified, k, rnd, version, budget, against):
-        seen['against'] = against
+    def again(a, opts, identified, k, rnd, version, budget, against, replaces_candidate):
+        seen['against'], seen['replaces_candidate'] = against, replaces_candidate
         if second == 'none':
             return {'why': 'not run: 1 s of rig time are left'}
         report = _report([500.0, 510.0], [9.0, 9.1])
@@ -314,6 +338,7 @@ def test_the_fine_tune_starts_from_what_the_guard_promoted_and_from_nothing_else
     summary = adapt._loop(loop, own, prior, 600.0, None, None)
     # The second identification judges against what goes on after the first candidate.
     assert seen['against'] is (good if first == 'promoted' else base)
+    assert seen['replaces_candidate'] == (first == 'promoted')
     goes_on = {
         ('promoted', 'rejected'): candidate,
         ('rejected', 'none'): prior,

@@ -217,3 +217,47 @@ def test_non_finite_figures_from_an_evaluation() -> None:
     v = gate.judge(math.inf, 1.0)
     assert (v.kind, v.missed) == ('rejected', 'return')
     assert v.reason == 'return -inf below the bar 47.50'
+
+
+def test_an_evaluation_of_three_episodes_is_judged_on_their_means() -> None:
+    """Every episode of an evaluation drives the candidate; the verdict comes at the last.
+
+    One lucky episode does not promote (a single-episode guard would have), and one bad
+    episode does not reject a candidate whose mean clears the bars.
+    """
+    gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.05, balance_margin=0.25, episodes=3)
+    first, lucky, steady = _Actor(0), _Actor(1), _Actor(2)
+    for ret in (200.0, 210.0):  # the baseline: three episodes of the initial actor
+        assert gate.next_episode(first) == (True, first)
+        assert gate.judge(ret, 5.0).kind == 'pending'
+        assert gate.best_version == -1 and math.isnan(gate.best_score)
+    assert gate.next_episode(first) == (True, first)
+    v = gate.judge(190.0, 5.0)
+    assert (v.kind, v.score, v.balance_s) == ('baseline', pytest.approx(200.0), 5.0)
+    gate.finish_training()
+    # A newer actor arriving mid-evaluation waits: the evaluation under way goes on.
+    assert gate.next_episode(lucky) == (True, lucky)
+    pending = gate.judge(400.0, 9.0)  # one lucky episode
+    assert (pending.kind, pending.new_best, pending.version) == ('pending', False, 1)
+    assert gate.next_episode(steady) == (True, lucky)  # still lucky's evaluation
+    gate.judge(100.0, 1.0)
+    assert gate.next_episode(steady) == (True, lucky)
+    v = gate.judge(80.0, 1.0)  # mean return 193.3 clears 190; mean balance 3.67 misses 3.75
+    assert (v.kind, v.missed) == ('rejected', 'balance')
+    assert v.balance_s == pytest.approx(11.0 / 3.0) and v.score == pytest.approx(580.0 / 3.0)
+    assert gate.live_version == 0 and gate.rejected == 1
+    gate.finish_training()
+    assert gate.next_episode(steady) == (True, steady)
+    for ret, bal in ((220.0, 5.0), (150.0, 2.0)):  # one bad episode among good ones
+        assert gate.judge(ret, bal).kind == 'pending'
+        assert gate.next_episode(steady) == (True, steady)
+    v = gate.judge(230.0, 6.0)
+    assert (v.kind, v.score) == ('promoted', pytest.approx(200.0))
+    assert gate.live_version == 2
+    gate.finish_training()
+    assert gate.next_episode(steady) == (False, steady)  # nothing newer: training
+
+
+def test_eval_episodes_below_one_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match='eval_episodes must be >= 1, got 0'):
+        PolicyGate(every=1, episodes=0)

@@ -411,6 +411,9 @@ def test_adapt_under_launch_keeps_a_wrong_identifications_policy_off_the_rig(
             'deployment_episodes:=1',
             'deployment_episode_seconds:=4',
             'episode_seconds:=3',
+            # The guard's evaluations: 2 episodes typed (adapt's own default is 3), each as
+            # long as a deployment's (adapt's, not typed).
+            'eval_episodes:=2',
         ],
     )
     assert launch.wait(300) == 0, launch.text()
@@ -442,11 +445,14 @@ def test_adapt_under_launch_keeps_a_wrong_identifications_policy_off_the_rig(
     prior_version = cand['policy_version'] - VERSION_GAP
     assert {r['policy_version'] for r in rows('2_candidate')} == {str(cand['policy_version'])}
     fine = rows('3_finetune')
-    assert [(r['kind'], r['verdict']) for r in fine[:2]] == [
+    assert [(r['kind'], r['verdict']) for r in fine[:3]] == [
+        ('evaluation', 'pending'),
         ('evaluation', 'baseline'),
         ('training', ''),
     ]
-    assert [r['live_version'] for r in fine[:2]] == [str(prior_version)] * 2, fine
+    assert [r['live_version'] for r in fine[:3]] == [str(prior_version)] * 3, fine
+    # Each as long as a deployment's episode (4 s; one may end early at the arm limit).
+    assert 4 * 50 in {int(r['n_ticks']) for r in fine[:2]}, fine
     assert all(
         int(r[col]) < cand['policy_version']
         for r in fine

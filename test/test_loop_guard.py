@@ -182,3 +182,53 @@ def test_a_reactivation_runs_only_the_training_episodes_still_owed(tmp_path: Pat
     assert [e.episode for e in fresh] == [0, 1, 2]
     assert [e.episode for e in resumed] == [2]
     assert finished == [] and ticks == 0  # nothing owed: not even a reset
+
+
+def test_an_evaluation_of_two_episodes_drives_the_candidate_twice_and_judges_their_mean(
+    tmp_path: Path,
+) -> None:
+    import math
+
+    with EmulatorProcess(tmp_path / 'rig') as emu:
+        client = LowLevelClient(str(emu.link))
+        client.open()
+        try:
+            task = TaskConfig.from_params(episode_seconds=0.2, balance_threshold_rad=4.0)
+            env = RealRotaryInvertedPendulumEnv(client, task)
+            cfg = LoopConfig.from_params(
+                episodes=2, eval_every_episodes=1, eval_episodes=2, **LENIENT
+            )
+            box = _Box(_actor(1))
+            gate = cfg.gate()
+            gate.start(box.actor)
+            transitions: Outbox[Transition] = Outbox(100_000, holdback=2)
+            episodes: Outbox[EpisodeSummary] = Outbox(100)
+            ticks: Outbox[TickSample] = Outbox(100_000)
+            loop = ControlLoop(env, cfg, box, transitions, ticks, episodes, gate=gate)
+            done: list[EpisodeSummary] = []
+
+            def after_tick() -> None:  # the newest actor arrives during the baseline
+                while (ep := episodes.pop_from_non_rt()) is not None:
+                    done.append(ep)
+                    box.actor = _actor(2)
+
+            loop.run(threading.Event(), after_tick=after_tick)
+            after_tick()
+        finally:
+            client.close()
+    kinds = [(e.kind, e.verdict, e.policy_version) for e in done]
+    # v2 arrived after the baseline's first episode: the baseline's second still measured v1.
+    assert kinds[:3] == [
+        ('evaluation', 'pending', 1),
+        ('evaluation', 'baseline', 1),
+        ('training', '', 1),
+    ], kinds
+    assert kinds[3:5] == [('evaluation', 'pending', 2), ('evaluation', kinds[4][1], 2)], kinds
+    assert kinds[4][1] in ('promoted', 'rejected') and kinds[5][0] == 'training', kinds
+    assert len(done) == 6 and loop.status.eval_episodes == 4
+    pending = [e for e in done if e.verdict == 'pending']
+    assert all(math.isnan(e.eval_score) and math.isnan(e.eval_balance_s) for e in pending)
+    for first, last in ((done[0], done[1]), (done[3], done[4])):
+        assert last.eval_score == pytest.approx((first.episode_return + last.episode_return) / 2)
+        assert last.eval_balance_s == pytest.approx((first.balance_s + last.balance_s) / 2)
+    assert math.isnan(done[2].eval_score)  # a training episode judges nothing

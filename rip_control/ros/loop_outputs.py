@@ -58,6 +58,8 @@ EPISODE_FIELDS = (
     'eval_bar',
     'eval_balance_bar_s',
     'eval_missed',
+    'eval_score',
+    'eval_balance_s',
 )
 
 
@@ -243,6 +245,8 @@ class LoopOutputs:
             ep.eval_bar,
             ep.eval_balance_bar_s,
             float(MISSED.index(ep.eval_missed) if ep.eval_missed in MISSED else 0),
+            ep.eval_score,
+            ep.eval_balance_s,
         ]
         self._episode_pub.publish(msg)
         kind = {'training': 'episode'}.get(ep.kind, f'{ep.kind} episode')

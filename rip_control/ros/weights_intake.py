@@ -63,20 +63,27 @@ class WeightsIntake:
         """
         self.live_version, self.best_version = ep.live_version, ep.best_version
         self.best_score = ep.best_score
+        if ep.verdict == 'pending':
+            return (
+                f'evaluation of policy v{ep.policy_version}: return {ep.episode_return:.2f}, '
+                f'balance {ep.balance_s:.2f} s; more of its evaluation to come'
+            )
         if ep.verdict == 'promoted':
             self.promoted += 1
         elif ep.verdict == 'rejected':
             self.rejected_by_guard += 1
+        score = ep.episode_return if math.isnan(ep.eval_score) else ep.eval_score
+        balance = ep.balance_s if math.isnan(ep.eval_balance_s) else ep.eval_balance_s
         bar = '' if math.isnan(ep.eval_bar) else f' (bar {ep.eval_bar:.2f})'
         if ep.eval_missed:
             bar += ': ' + rejection_reason(
-                ep.eval_missed, ep.episode_return, ep.eval_bar, ep.balance_s, ep.eval_balance_bar_s
+                ep.eval_missed, score, ep.eval_bar, balance, ep.eval_balance_bar_s
             )
         self.last_verdict = (
-            f'v{ep.policy_version} {ep.verdict}: evaluation return {ep.episode_return:.2f}{bar}'
+            f'v{ep.policy_version} {ep.verdict}: evaluation return {score:.2f}{bar}'
         )
         line = (
-            f'evaluation of policy v{ep.policy_version}: return {ep.episode_return:.2f}{bar} -> '
+            f'evaluation of policy v{ep.policy_version}: return {score:.2f}{bar} -> '
             f'{ep.verdict}; live v{ep.live_version}, best v{ep.best_version} '
             f'({ep.best_score:.2f}), balance reference {ep.balance_reference_s:.2f} s'
         )

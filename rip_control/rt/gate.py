@@ -2,11 +2,14 @@
 
 Without it (``every == 0``) the newest actor from the learner drives the rig the moment it
 arrives, and a bad update acts on the rig at once. With it, a newer actor first gets a
-deterministic evaluation episode (its mean action, no exploration noise; its transitions
-still reach the learner, which must see what its candidate does) and goes *live* only if
-its return is within ``margin`` of the best evaluated return so far and, optionally, it
-balanced nearly as long as the best did; training episodes are always driven by the live
-actor. The first evaluation measures the initial actor itself (the baseline). Free of ROS,
+deterministic evaluation (its mean action, no exploration noise; its transitions still
+reach the learner, which must see what its candidate does) and goes *live* only if its return
+is within ``margin`` of the best evaluated return so far and, optionally, it balanced nearly
+as long as the best did; training episodes are always driven by the live actor. The first
+evaluation measures the initial actor itself (the baseline). An evaluation is ``episodes``
+episodes in a row, judged on their mean return and mean longest balance: one episode's
+figures spread wider than the differences they judge (0.9-2.8 s of balance for one policy on
+a rig outside the model), and the mean of ``n`` spreads ``sqrt(n)`` times less. Free of ROS,
 time and I/O: the control loop asks it at each episode start and tells it each result.
 """
 
@@ -29,8 +32,9 @@ class VersionedActor(Protocol):
 A = TypeVar('A', bound=VersionedActor)
 
 """The best-evaluated actor, in the run folder (the node writes it; ``policy:=auto`` takes it)."""
-VERDICTS = ('', 'baseline', 'promoted', 'rejected')
-"""``verdict`` of an ``~/episode`` message is an index into this (0: a training episode)."""
+VERDICTS = ('', 'baseline', 'promoted', 'rejected', 'pending')
+"""``verdict`` of an ``~/episode`` message is an index into this (0: a training episode;
+``pending``: an evaluation episode before its evaluation's last)."""
 MISSED = ('', 'return', 'balance')
 """Which bar a rejected candidate missed (``eval_missed`` of ``~/episode`` indexes this)."""
 
@@ -40,12 +44,13 @@ class Verdict:
     """The outcome of one evaluation episode.
 
     :param kind: ``baseline`` (the initial actor measured), ``promoted`` (the candidate is
-        live now) or ``rejected`` (the live actor stays).
+        live now), ``rejected`` (the live actor stays) or ``pending`` (more of its
+        evaluation's episodes to come; nothing changed).
     :param version: the evaluated actor's version.
-    :param score: its evaluation return.
+    :param score: its evaluation return (the mean over the evaluation's episodes).
     :param bar: the return it had to reach (NaN for a baseline).
     :param new_best: it is the best evaluated so far (``policy_best`` should be rewritten).
-    :param balance_s: its longest balance in the evaluation.
+    :param balance_s: its longest balance in the evaluation (the mean over its episodes).
     :param balance_bar_s: the balance it had to reach (NaN for a baseline; 0 with no balance
         requirement).
     :param missed: for a rejection, the bar it missed: ``return`` (checked first) or
@@ -96,6 +101,7 @@ class PolicyGate(Generic[A]):
         baseline's included; it only rises, so it cannot slide). Return alone can hide a
         policy that hovers near upright without holding it: on the worn rig one returned 96 %
         of the best while it balanced 1.58 s against 4.3 s (1: no balance requirement).
+    :param episodes: evaluation episodes per evaluation, judged on their means.
     """
 
     def __init__(
@@ -104,6 +110,7 @@ class PolicyGate(Generic[A]):
         margin: float = 0.05,
         best_margin: float = 0.0,
         balance_margin: float = 1.0,
+        episodes: int = 1,
     ) -> None:
         if every < 0:
             raise ValueError(f'eval_every_episodes must be >= 0, got {every}')
@@ -113,10 +120,13 @@ class PolicyGate(Generic[A]):
             raise ValueError(f'eval_best_margin must be in [0, 1), got {best_margin}')
         if not (0.0 <= balance_margin <= 1.0):
             raise ValueError(f'eval_balance_margin must be in [0, 1], got {balance_margin}')
+        if episodes < 1:
+            raise ValueError(f'eval_episodes must be >= 1, got {episodes}')
         self.every = every
         self.margin = margin
         self.best_margin = best_margin
         self.balance_margin = balance_margin
+        self.episodes = episodes
         self.live: A | None = None
         self.best_version = -1
         self.best_score = math.nan
@@ -127,6 +137,7 @@ class PolicyGate(Generic[A]):
         self._since_eval = 0  # training episodes since the last evaluation
         self._judged = -1  # newest version evaluated (a rejected one is not evaluated again)
         self._candidate: A | None = None
+        self._figures: list[tuple[float, float]] = []  # the evaluation so far: (return, balance)
 
     def start(self, actor: A) -> None:
         """The actor the process started with: live, and what the baseline measures.
@@ -168,6 +179,9 @@ class PolicyGate(Generic[A]):
             return False, latest
         if self.live is None:
             self.live = latest  # the initial actor
+        if self._figures:  # an evaluation under way goes on
+            assert self._candidate is not None
+            return True, self._candidate
         if math.isnan(self.best_score):
             self._candidate = self.live
             return True, self.live  # the baseline: the initial actor measured
@@ -182,20 +196,30 @@ class PolicyGate(Generic[A]):
         self._since_eval += 1
 
     def judge(self, score: float, balance_s: float) -> Verdict:
-        """An evaluation episode ended: promote or reject its actor.
+        """An evaluation episode ended: promote or reject its actor, or ``pending``.
+
+        ``pending`` until its evaluation's last episode; then the verdict on the means.
 
         :param score: the episode's return.
         :param balance_s: its longest balance (what ``balance_margin`` compares).
         """
         cand = self._candidate
         assert cand is not None, 'judge() without an evaluation episode'
-        self._candidate = None
-        self._since_eval = 0
-        self._judged = max(self._judged, cand.version)
         if not math.isfinite(score):
             score = -math.inf
         if not math.isfinite(balance_s):
             balance_s = 0.0
+        self._figures.append((score, balance_s))
+        if len(self._figures) < self.episodes:
+            return Verdict('pending', cand.version, score, math.nan, False, balance_s)
+        score = math.fsum(f[0] for f in self._figures) / len(self._figures)
+        balance_s = math.fsum(f[1] for f in self._figures) / len(self._figures)
+        if math.isnan(score):  # -inf and +inf: not finite either way
+            score = -math.inf
+        self._figures = []
+        self._candidate = None
+        self._since_eval = 0
+        self._judged = max(self._judged, cand.version)
         missed = ''
         if math.isnan(self.best_score):
             kind, bar, balance_bar = 'baseline', math.nan, math.nan

@@ -123,6 +123,7 @@ class LoopConfig(FromParams):
         requirement).
     :param eval_episode_s: length of an evaluation episode, shorter or longer than a
         training episode (0: as long).
+    :param eval_episodes: evaluation episodes per evaluation, judged on their means.
     :param spin_s: busy-wait window of the pacer (not a parameter).
     """
 
@@ -144,6 +145,7 @@ class LoopConfig(FromParams):
         'eval_best_margin': From('eval_best_margin'),
         'eval_balance_margin': From('eval_balance_margin'),
         'eval_episode_s': From('eval_episode_seconds'),
+        'eval_episodes': From('eval_episodes'),
     }
 
     timing_violation_threshold_s: float
@@ -162,6 +164,7 @@ class LoopConfig(FromParams):
     eval_best_margin: float
     eval_balance_margin: float
     eval_episode_s: float
+    eval_episodes: int
     spin_s: float = 0.001
 
     def __post_init__(self) -> None:
@@ -191,6 +194,7 @@ class LoopConfig(FromParams):
             self.eval_margin,
             self.eval_best_margin,
             self.eval_balance_margin,
+            self.eval_episodes,
         )
 
 
@@ -216,8 +220,10 @@ class EpisodeSummary:
     ``kind`` is one of :data:`~rip_control.telemetry.EPISODE_KINDS`. An evaluation episode was
     driven by its actor's mean action (its transitions are sent like any); an excitation
     episode by the excitation input (its transitions carry ``policy_version`` -1);
-    ``verdict`` is the guard's (``baseline``, ``promoted``, ``rejected``).
-    ``eval_bar`` and ``eval_balance_bar_s`` are what an evaluated candidate had to reach, and
+    ``verdict`` is the guard's (``baseline``, ``promoted``, ``rejected``; ``pending`` before
+    an evaluation's last episode). ``eval_score`` and ``eval_balance_s`` are what the verdict
+    judged (the means over the evaluation's episodes; NaN before its last),
+    ``eval_bar`` and ``eval_balance_bar_s`` what an evaluated candidate had to reach, and
     ``eval_missed`` which of them a rejected one missed (``return`` or ``balance``);
     ``live_version``, ``best_version``, ``best_score`` and ``balance_reference_s`` are the
     guard's state after it (with the guard off the live policy is the one the loop started
@@ -242,6 +248,8 @@ class EpisodeSummary:
     eval_bar: float = math.nan
     eval_balance_bar_s: float = math.nan
     eval_missed: str = ''
+    eval_score: float = math.nan
+    eval_balance_s: float = math.nan
     live_version: int = -1
     best_version: int = -1
     best_score: float = math.nan
@@ -591,6 +599,10 @@ class ControlLoop:
             eval_bar=verdict.bar if verdict else math.nan,
             eval_balance_bar_s=verdict.balance_bar_s if verdict else math.nan,
             eval_missed=verdict.missed if verdict else '',
+            eval_score=verdict.score if verdict and verdict.kind != 'pending' else math.nan,
+            eval_balance_s=(
+                verdict.balance_s if verdict and verdict.kind != 'pending' else math.nan
+            ),
             live_version=gate.live_version,
             best_version=gate.best_version,
             best_score=gate.best_score,

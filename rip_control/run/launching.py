@@ -182,6 +182,22 @@ LAUNCH_ARGUMENTS = (
         ((CONTROL, 'action_history'), (LEARNER, 'action_history')),
     ),
     LaunchArgument(
+        'eval_every_episodes',
+        'regression guard: evaluate a newer policy after this many training episodes (0: the '
+        'guard off, every new policy drives at once)',
+        ((CONTROL, 'eval_every_episodes'),),
+    ),
+    LaunchArgument(
+        'eval_episodes',
+        'regression guard: evaluation episodes per candidate, judged on their means',
+        ((CONTROL, 'eval_episodes'),),
+    ),
+    LaunchArgument(
+        'eval_episode_seconds',
+        'regression guard: evaluation episode length, s (0: episode_seconds)',
+        ((CONTROL, 'eval_episode_seconds'),),
+    ),
+    LaunchArgument(
         'excitation_episodes',
         'excitation episodes (for rip_learner.identify) before the first training episode',
         ((CONTROL, 'excitation_episodes'),),

@@ -58,6 +58,10 @@ def summarise(
                 'return': e['return'],
                 'balance_s': e['balance_s'],
                 'verdict': VERDICTS[int(e['verdict'])],
+                # What the verdict judged: the means over the evaluation's episodes (None
+                # before its last episode, ``pending``).
+                'judged_return': finite_or_none(e.get('eval_score')),
+                'judged_balance_s': finite_or_none(e.get('eval_balance_s')),
                 # The bars it was judged against (None for the baseline, which sets them)
                 # and, for a rejection, the one it missed.
                 'bar': finite_or_none(e.get('eval_bar')),

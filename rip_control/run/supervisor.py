@@ -59,15 +59,28 @@ class RunFailed(RuntimeError):
     """A process of the run failed; the message says which and why."""
 
 
+def judged_figures(ep: dict[str, float]) -> tuple[float, float]:
+    """The return and balance an ``~/episode`` evaluation message's verdict judged.
+
+    The means over the evaluation's episodes (``eval_score``, ``eval_balance_s``), or the
+    episode's own where the message has none (a ``pending`` episode, an older node).
+    """
+    score, balance = ep.get('eval_score', math.nan), ep.get('eval_balance_s', math.nan)
+    if math.isnan(score):
+        return ep['return'], ep['balance_s']
+    return score, balance
+
+
 def episode_rejection(ep: dict[str, float]) -> str:
     """The bar an ``~/episode`` evaluation message says its candidate missed ('' if none)."""
     i = int(ep.get('eval_missed', 0))
     missed = MISSED[i] if 0 <= i < len(MISSED) else '?'
+    score, balance = judged_figures(ep)
     return rejection_reason(
         missed,
-        ep['return'],
+        score,
         ep.get('eval_bar', math.nan),
-        ep['balance_s'],
+        balance,
         ep.get('eval_balance_bar_s', math.nan),
     )
 
@@ -160,6 +173,10 @@ class RigMonitor:
             reason = episode_rejection(ep)
             if reason:
                 verdict += f' ({reason})'
+            if not math.isnan(ep.get('eval_score', math.nan)) and verdict != 'pending':
+                score, balance = judged_figures(ep)
+                if (score, balance) != (ep['return'], ep['balance_s']):
+                    verdict += f' on the means: return {score:.2f}, balance {balance:.2f} s'
             say(
                 f'{prefix}evaluation {int(ep["episode"]):3d}: return {ep["return"]:8.2f}, balance '
                 f'{ep["balance_s"]:5.2f} s, policy v{int(ep["policy_version"])} {verdict}; live '

@@ -39,6 +39,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         default='adapt',
         help='adapt (the loop) or plain (the guarded fine-tune alone, same budget)',
     )
+    ap.add_argument(
+        '--guard',
+        choices=('on', 'off'),
+        default='on',
+        help="the fine-tune's regression guard (off: eval_every_episodes:=0, every new policy "
+        'drives at once; what the learner does, unhidden)',
+    )
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
@@ -51,11 +58,22 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     runner = {
         'rig_params': a.rig,
         'seed': str(a.seed),
-        'run_name': f'{Path(a.rig).stem}_seed{a.seed}' + ('_plain' if a.arm == 'plain' else ''),
+        'run_name': f'{Path(a.rig).stem}_seed{a.seed}'
+        + ('_plain' if a.arm == 'plain' else '')
+        + ('_guard_off' if a.guard == 'off' else ''),
         'runs_dir': runs,
     }
+    if a.guard == 'off':
+        runner['eval_every_episodes'] = '0'
     summary = adapt(own, runner, stream=False) if a.arm == 'adapt' else plain(own, runner)
-    return {'benchmark': NAME, 'arm': a.arm, 'rig': a.rig, 'seed': a.seed, **summary}
+    return {
+        'benchmark': NAME,
+        'arm': a.arm,
+        'guard': a.guard,
+        'rig': a.rig,
+        'seed': a.seed,
+        **summary,
+    }
 
 
 def plain(own: dict[str, Any], runner: dict[str, str]) -> dict[str, Any]:
@@ -113,7 +131,7 @@ def adapt_table(docs: list[dict[str, Any]]) -> str:
     ]
     for d in docs:
         dep, cand, fine = d['deployment'], d['candidate'], d['finetune']
-        evs = fine['evaluations']
+        evs = [e for e in fine['evaluations'] if e['verdict'] != 'pending']  # judged ones
         promoted = sum(e['verdict'] == 'promoted' for e in evs)
         after = ', '.join(f'{b:.1f}' for b in dep['adapted_episodes_s'])
         at = next(c['rig_s'] for c in d['curve'] if c['what'] == '2_candidate')

@@ -275,7 +275,7 @@ def sim_finetune_table(docs: list[dict[str, Any]]) -> str:
     for d in docs:
         runs = d['runs']
         dep = [r['deployed']['balance_s'] for r in runs]
-        evs = [e for r in runs for e in r['evaluations']]
+        evs = [e for r in runs for e in r['evaluations'] if e['verdict'] != 'pending']
         promoted = sum(e['verdict'] == 'promoted' for e in evs)
         tv = np.mean([r['deployed']['action_tv_per_s'] for r in runs])
         rows.append(

@@ -394,7 +394,11 @@ def learning_bins(d: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for b, part in sorted(bins.items()):
         balance = [e['balance_s'] for e in part if e['kind'] == 'training']
-        judged = [e for e in part if e['kind'] == 'evaluation' and e['verdict'] != 'baseline']
+        judged = [
+            e
+            for e in part
+            if e['kind'] == 'evaluation' and e['verdict'] not in ('baseline', 'pending')
+        ]
         if not balance:
             continue  # only the evaluations after the last training episode
         per_rig = max(

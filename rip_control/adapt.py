@@ -965,6 +965,14 @@ def _again(
     init = a.run_dir / PHASES[1] / run_files.POLICY
     out = a.run_dir / run_files.REIDENTIFIED_RIG
     done['retrain'] = _retrain(a, AGAIN[0], out, init, k, randomization)
+    best = (done['retrain'] or {}).get('best') or {}
+    if best.get('step', math.inf) <= 1:  # its start, the first re-trained policy, is its best
+        done['why'] += (
+            '; the re-training found nothing better than its start (the first re-trained '
+            'policy) in simulation: no second candidate to deploy'
+        )
+        a.log(f'identification again: {done["why"]}')
+        return done
     policy = _recorded_policy(a, AGAIN[1]) or _versioned(
         a.run_dir / AGAIN[0] / run_files.POLICY, a.run_dir / 'candidate_again', version, a.rate
     )
@@ -1061,14 +1069,16 @@ def finetune_within_budget(
     # An episode's cost, its reset included: the last deployment's, for each episode's length.
     per_deployment = deployment['rig_seconds'] / int(a.own['deployment_episodes'])
     reset = per_deployment - float(a.own['deployment_episode_seconds'])
-    per_episode = reset + float(a.control['episode_seconds'])
-    per_evaluation = int(guard['eval_episodes']) * (
-        reset + (float(guard['eval_episode_seconds']) or float(a.control['episode_seconds']))
-    )
+    training = float(a.control['episode_seconds'])
+    evaluation = float(guard['eval_episode_seconds']) or training
+    per_evaluation = int(guard['eval_episodes']) * (reset + evaluation)
+    # The runner's stop rule prices the next episode at the dearest one so far (RigBudget):
+    # after the guard's baseline, a training episode costs an evaluation episode's.
+    every = int(a.control['eval_every_episodes'])
+    per_episode = reset + (max(training, evaluation) if every > 0 else training)
     from rip_control.run.supervisor import RigBudget
 
     lag = RigBudget.REPORT_LAG_S  # the runner's stop rule keeps this margin too
-    every = int(a.control['eval_every_episodes'])
     if _episodes_that_fit(left - lag, per_episode, every, per_evaluation) < 1:
         a.log(f'fine-tune: {max(left, 0):.0f} s of rig time left: not one episode fits')
         return {}

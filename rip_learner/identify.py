@@ -586,40 +586,67 @@ def start_sensitivity(params: PendulumParams, win: Windows) -> np.ndarray:
 
 def start_sensitivities(sets: list[PendulumParams], win: Windows) -> np.ndarray:
     """:func:`start_sensitivity` at each of ``sets``, in one batch: ``(P, S, 2W, 4)``."""
+    return _simulate_errors([], win, sets)[2]
+
+
+def _simulate_errors(
+    sets: list[PendulumParams], win: Windows, probed: list[PendulumParams]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The errors of ``sets``, and of each of ``probed`` with its start sensitivity.
+
+    One batch (a simulation's cost is mostly its steps, hardly its width): ``(P, S, 2W)``
+    for ``sets``, ``(Q, S, 2W)`` and ``(Q, S, 2W, 4)`` for ``probed``.
+    """
     probes = np.vstack([np.zeros(4), np.diag(_START_PROBE)])
-    theta, alpha = simulate(
-        [p for p in sets for _ in probes], win, np.tile(probes, (len(sets), 1))
-    )
-    e = _errors(theta, alpha, win).reshape(len(sets), len(probes), win.count, -1)
-    sens = (e[:, 1:] - e[:, :1]) / _START_PROBE[None, :, None, None]  # (P, 4, S, 2W)
-    return np.moveaxis(sens, 1, -1)
+    everything = [*sets, *(p for p in probed for _ in probes)]
+    offsets = np.vstack([np.zeros((len(sets), 4)), np.tile(probes, (len(probed), 1))])
+    e = _errors(*simulate(everything, win, offsets), win)
+    at = e[len(sets) :].reshape(len(probed), len(probes), win.count, e.shape[-1])
+    sens = (at[:, 1:] - at[:, :1]) / _START_PROBE[None, :, None, None]  # (Q, 4, S, 2W)
+    return e[: len(sets)], at[:, 0], np.moveaxis(sens, 1, -1)
 
 
 def residuals(
-    sets: list[PendulumParams], win: Windows, sens: np.ndarray | None = None
+    sets: list[PendulumParams],
+    win: Windows,
+    sens: np.ndarray | None = None,
+    groups: list[int] | None = None,
 ) -> np.ndarray:
     """Prediction errors, each window's start state corrected.
 
     Errors at every reading but each window's first, ``(P, S, 2W + 4)``, after each window's
     start state is corrected, linearised with ``sens``: one ``(S, 2W, 4)`` for every set
     (default: at the first set, for sets close to it, e.g. one search's samples), or one per
-    set, ``(P, S, 2W, 4)`` (see :func:`own_costs`; :data:`_START_PROBE`). The ridge prior's
-    terms are the last 4, so the sum of squares is the fit's cost.
+    group of consecutive sets, ``(G, S, 2W, 4)`` with ``groups`` the groups' sizes (one each:
+    :func:`own_costs`; :data:`_START_PROBE`). The ridge prior's terms are the last 4, so the
+    sum of squares is the fit's cost.
     """
     if sens is None:
-        sens = start_sensitivity(sets[0], win)
+        r0, _, at_first = _simulate_errors(sets, win, [sets[0]])
+        return _corrected(r0, at_first[0])
     r0 = _errors(*simulate(sets, win), win)  # (P, S, 2W)
-    ridge = np.diag(1.0 / _START_SPREAD**2) * _NOISE_RAD**2
     if sens.ndim == 3:
-        lhs = np.einsum('sni,snj->sij', sens, sens) + ridge  # (S, 4, 4)
-        rhs = -np.einsum('sni,psn->psi', sens, r0)
-        delta = np.einsum('sij,psj->psi', np.linalg.inv(lhs), rhs)  # (P, S, 4)
-        corrected = r0 + np.einsum('sni,psi->psn', sens, delta)
-    else:
-        lhs = np.einsum('psni,psnj->psij', sens, sens) + ridge  # (P, S, 4, 4)
-        rhs = -np.einsum('psni,psn->psi', sens, r0)
-        delta = np.linalg.solve(lhs, rhs[..., None])[..., 0]  # (P, S, 4)
-        corrected = r0 + np.einsum('psni,psi->psn', sens, delta)
+        return _corrected(r0, sens)
+    return _grouped(r0, sens, groups if groups is not None else [1] * len(sets))
+
+
+def _grouped(r0: np.ndarray, sens: np.ndarray, sizes: list[int]) -> np.ndarray:
+    """:func:`_corrected` of consecutive groups of ``sizes`` sets, each at its sensitivity."""
+    if len(sizes) != len(sens) or sum(sizes) != len(r0):
+        raise ValueError(f'{len(sens)} sensitivities for groups {sizes} of {len(r0)} sets')
+    cuts = np.cumsum([0, *sizes])
+    return np.concatenate(
+        [_corrected(r0[a:b], g) for a, b, g in zip(cuts[:-1], cuts[1:], sens, strict=True)]
+    )
+
+
+def _corrected(r0: np.ndarray, sens: np.ndarray) -> np.ndarray:
+    """:func:`residuals` of errors ``r0`` ``(P, S, 2W)`` with one sensitivity ``(S, 2W, 4)``."""
+    ridge = np.diag(1.0 / _START_SPREAD**2) * _NOISE_RAD**2
+    lhs = np.einsum('sni,snj->sij', sens, sens) + ridge  # (S, 4, 4)
+    rhs = -np.einsum('sni,psn->psi', sens, r0)
+    delta = np.einsum('sij,psj->psi', np.linalg.inv(lhs), rhs)  # (P, S, 4)
+    corrected = r0 + np.einsum('sni,psi->psn', sens, delta)
     prior_terms = delta / _START_SPREAD * _NOISE_RAD
     return np.concatenate([corrected, prior_terms], axis=-1)
 
@@ -631,7 +658,8 @@ def own_costs(sets: list[PendulumParams], win: Windows) -> np.ndarray:
     one (on the sticky gap rig's held-out windows, a model with an off-centre dead zone cost
     0.194 at the base model's sensitivity and 0.149 at its own).
     """
-    return _cost(residuals(sets, win, start_sensitivities(sets, win)))
+    _, r0, sens = _simulate_errors([], win, sets)
+    return _cost(_grouped(r0, sens, [1] * len(sets)))
 
 
 _NOISE_RAD = 2.0 * math.pi / 2048  # one encoder count: the scale of the ridge prior
@@ -860,7 +888,7 @@ def _lockstep(
     culled: set[int] = set()
     # Each run's start-state sensitivity, at its best point so far (refreshed every 10th
     # generation): runs in different spaces are different models.
-    sens = start_sensitivities([of[i].params(x) for i, x in enumerate(starts)], win)
+    sens: dict[int, np.ndarray] = {}
     while time.monotonic() < deadline:
         live = [i for i, es in enumerate(runs) if not es.stop() and i not in culled]
         if not live:
@@ -871,23 +899,20 @@ def _lockstep(
             worse = [i for i in live if runs[i].result.fbest > CULL_RATIO * lead_cost]
             culled.update(worse)
             live = [i for i in live if i not in worse]
-        if generation % 10 == 0:
-            sens = start_sensitivities(
-                [
-                    of[i].params(starts[i] if es.result.xbest is None else es.result.xbest)
-                    for i, es in enumerate(runs)
-                ],
-                win,
-            )
         asked = [runs[i].ask() for i in live]
         flat = [of[i].params(x) for i, xs in zip(live, asked, strict=True) for x in xs]
-        per_set = np.concatenate(
-            [
-                np.repeat(sens[i : i + 1], len(xs), axis=0)
-                for i, xs in zip(live, asked, strict=True)
-            ]
-        )
-        costs = _cost(residuals(flat, win, per_set))
+        groups = [len(xs) for xs in asked]
+        # Each run's start-state sensitivity at its best point so far (at its start in the
+        # first generation), refreshed every 10th generation in the same batch: runs in
+        # different spaces are different models.
+        refresh = [] if generation % 10 != 1 else live
+        probed = [
+            of[i].params(starts[i] if runs[i].result.xbest is None else runs[i].result.xbest)
+            for i in refresh
+        ]
+        errors, _, fresh = _simulate_errors(flat, win, probed)
+        sens.update(zip(refresh, fresh, strict=True))
+        costs = _cost(_grouped(errors, np.stack([sens[i] for i in live]), groups))
         evaluations += len(flat)
         k = 0
         for i, xs in zip(live, asked, strict=True):
@@ -939,7 +964,8 @@ def _scan(
     points = [x.copy() for _ in values]
     for point, value in zip(points, values, strict=True):
         point[i] = space.unit(i, float(value))
-    costs = _cost(residuals([space.params(p) for p in points], win))
+    errors, _, sens = _simulate_errors([space.params(p) for p in points], win, [space.params(x)])
+    costs = _cost(_corrected(errors, sens[0]))  # at x, as ``cost`` is
     edges = [0, *(np.flatnonzero(np.diff(costs) != 0) + 1), len(costs)]
     plateaus = []
     for j, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
@@ -966,7 +992,8 @@ def _line(
     points = [x.copy() for _ in range(LINE_POINTS)]
     for point, u in zip(points, np.linspace(0.0, 1.0, LINE_POINTS), strict=True):
         point[i] = u
-    costs = _cost(residuals([space.params(p) for p in points], win))
+    errors, _, sens = _simulate_errors([space.params(p) for p in points], win, [space.params(x)])
+    costs = _cost(_corrected(errors, sens[0]))  # at x, as ``cost`` is
     j = int(np.argmin(costs))
     return ([(points[j], float(costs[j]))] if costs[j] < cost else []), len(points)
 
@@ -1059,8 +1086,10 @@ def identify(
         selection, kept, start, evaluations = select_terms(
             fit_win, held_win, prior, period, opts, deadline, log
         )
-    # Without a selection the full search; after one, the chosen model refined on all the data.
-    fit_opts, margin = (opts, 0.05) if selection is None else (_quick(opts), 0.0)
+    # Without a selection the full search; after one, the chosen model refined on all the
+    # data, with a polish's first step: it starts at the optimum of three quarters of them.
+    refine = {**_quick(opts), 'initial_step': opts['initial_step'] * POLISH_STEP}
+    fit_opts, margin = (opts, 0.05) if selection is None else (refine, 0.0)
     fitted = [*FITTED, *(t.fitted for t in kept)]
     best, std, fitted, undetermined, n_eval = _fit(
         fitted, win, prior, start, period, fit_opts, deadline, log, margin
@@ -1289,23 +1318,36 @@ def _trials(
     :attr:`Fitted.scan`, from its grid's best plateau). From the term's neutral value alone,
     a quick run's small first step rarely leaves the base model's optimum: static friction
     at 0 sits on its range's face, and every sample that moves the others costs more.
+
+    A term whose line (or grid) lowers the cost nowhere is not refined: it comes back as
+    ``base`` (the term neutral), and so does the base model itself when no term is refined.
+    On a rig the model explains, that is every term: the round costs its lines alone (on the
+    stuck rig's excitation every refined term had come back at neutral, in 28 s).
     """
-    spaces, starts, evaluations = [], [], 0
-    for term in terms:
+    runs: list[tuple[int, _Space, np.ndarray]] = []  # (index in terms, space, start)
+    evaluations = 0
+    for j, term in enumerate(terms):
         fitted = [*FITTED, *(extra or [])] + ([term.fitted] if term else [])
         space = _Space(fitted, prior, period)
         x0 = space.start(base, 0.0)
         if term is not None:
-            c0 = float(_cost(residuals([space.params(x0)], win))[0])
+            c0 = float(own_costs([space.params(x0)], win)[0])
             scan = _scan if term.fitted.scan else _line
             found, n = scan(space, win, x0, c0, len(fitted) - 1)
             evaluations += n
-            x0 = found[0][0] if found else x0
-        spaces.append(space)
-        starts.append(x0)
+            if not found:
+                continue
+            x0 = found[0][0]
+        runs.append((j, space, x0))
+    out = [base] * len(terms)
+    if all(terms[j] is None for j, _, _ in runs):  # no term to refine: nor the base alone
+        return out, evaluations
     quick = _quick(opts)
+    spaces, starts = [r[1] for r in runs], [r[2] for r in runs]
     finals, _, n = _lockstep(spaces, win, starts, quick['initial_step'], quick, deadline, log)
-    return [sp.params(x) for sp, x in zip(spaces, finals, strict=True)], evaluations + n
+    for (j, space, _), x in zip(runs, finals, strict=True):
+        out[j] = space.params(x)
+    return out, evaluations + n
 
 
 def _selection(

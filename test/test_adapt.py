@@ -175,7 +175,7 @@ class _Found:
         return {'identified': identified, 'seconds_of_data': 120.0, 'wall_s': 1.0}
 
 
-@pytest.mark.parametrize('case', ['moved', 'still', 'no_room'])
+@pytest.mark.parametrize('case', ['moved', 'still', 'no_room', 'kept_start'])
 def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budget_has_room(
     loop, monkeypatch, case
 ) -> None:
@@ -199,8 +199,12 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
             run_dir / run_files.REIDENTIFIED_RIG,
         ),
     )
+    # The re-training's best: a later step, or (kept_start) the policy it started from.
+    best = {'best': {'step': 1 if case == 'kept_start' else 20_000}}
     monkeypatch.setattr(
-        adapt, '_retrain', lambda a, name, rig, init, k, rnd: calls.append((name, rig, init, k))
+        adapt,
+        '_retrain',
+        lambda a, name, rig, init, k, rnd: calls.append((name, rig, init, k)) or best,
     )
     monkeypatch.setattr(adapt, '_versioned', lambda src, dst, version, rate: dst / 'p')
     better = _report([440.0, 450.0], [8.4, 8.5])
@@ -231,6 +235,10 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
     again = loop.run_dir / run_files.REIDENTIFIED_RIG
     warm = loop.run_dir / adapt.PHASES[1] / run_files.POLICY
     assert calls[1] == (adapt.AGAIN[0], again, warm, 2)
+    if case == 'kept_start':  # the same policy as the first candidate: not deployed again
+        assert len(calls) == 2 and done['candidate'] is None and 'report' not in done, done
+        assert 'found nothing better than its start' in done['why']
+        return
     assert calls[2] == (adapt.AGAIN[1], loop.run_dir / 'candidate_again' / 'p')
     assert done['verdict'] == 'promoted' and done['report'] is better
     assert done['candidate']['policy_version'] == 2001
@@ -261,6 +269,15 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
     )
     close = replacing(_report([440.0, 450.0], [8.2, 8.6]))  # better by 0.05 s, spread 0.4 s
     assert close['verdict'] == 'rejected', close
+    # One episode each: no interval, nothing shown, whatever the difference.
+    one = replacing(_report([330.0], [0.4]))
+    assert (
+        one['verdict'] == 'rejected'
+        and 'one episode each: no interval' in (one['candidate']['reason'])
+    )
+    # What the guard itself rejects stays rejected, for its own reason.
+    worse = replacing(_report([900.0] * 2, [9.9] * 2))
+    assert worse['verdict'] == 'rejected' and 'below the bar' in worse['candidate']['reason']
 
 
 class _Identified:
@@ -359,3 +376,32 @@ def test_the_fine_tune_starts_from_what_the_guard_promoted_and_from_nothing_else
     expected = {candidate: [8.4, 8.5], prior: [0.4, 0.5], again_policy: [9.0, 9.1]}[goes_on]
     assert summary['deployment']['adapted_episodes_s'] == expected
     assert summary['deployment']['prior_episodes_s'] == [0.4, 0.5]
+
+
+@pytest.mark.parametrize('given', ['nothing', 'typed', 'params_file'])
+def test_the_fine_tunes_guard_evaluates_on_three_deployment_length_episodes_unless_given(
+    tmp_path, given
+) -> None:
+    """The fine-tune's guard settings: adapt's own, or the user's where typed or in the file."""
+    from rip_control.adapt import FINETUNE_EVAL_EPISODES, OPTIONS, _guard_settings
+
+    own = {p.name: p.default for p in OPTIONS}
+    own['deployment_episode_seconds'] = 7.0
+    runner = {'runs_dir': str(tmp_path)}
+    if given == 'typed':
+        runner.update(eval_episodes='2', eval_episode_seconds='0')
+    elif given == 'params_file':
+        params = tmp_path / 'guard.yaml'
+        params.write_text(
+            'rip_control:\n  ros__parameters:\n'
+            '    eval_episodes: 5\n    eval_episode_seconds: 4.5\n'
+        )
+        runner['params_file'] = str(params)
+    got = _guard_settings(Adapt(own, runner, stream=False))
+    want = {
+        'nothing': {'eval_episodes': FINETUNE_EVAL_EPISODES, 'eval_episode_seconds': 7.0},
+        'typed': {'eval_episodes': 2, 'eval_episode_seconds': 0.0},
+        'params_file': {'eval_episodes': 5, 'eval_episode_seconds': 4.5},
+    }[given]
+    assert got == want
+    assert FINETUNE_EVAL_EPISODES > 1

@@ -261,3 +261,60 @@ def test_an_evaluation_of_three_episodes_is_judged_on_their_means() -> None:
 def test_eval_episodes_below_one_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match='eval_episodes must be >= 1, got 0'):
         PolicyGate(every=1, episodes=0)
+
+
+def _summary(verdict: str, ret: float, balance: float, **judged: float):
+    from rip_control.rt.loop import EpisodeSummary
+
+    return EpisodeSummary(
+        episode=4,
+        n_ticks=500,
+        dt_mean_s=0.02,
+        dt_std_s=0.0,
+        max_overrun_s=0.0,
+        n_strikes=0,
+        episode_return=ret,
+        balance_s=balance,
+        terminated=False,
+        policy_version=7,
+        transitions_published=500,
+        transitions_dropped_late=0,
+        settled=True,
+        kind='evaluation',
+        verdict=verdict,
+        live_version=3,
+        best_version=3,
+        best_score=300.0,
+        balance_reference_s=8.0,
+        **judged,
+    )
+
+
+def test_the_nodes_log_and_the_runners_lines_give_what_the_verdict_judged(tmp_path) -> None:
+    """A pending episode changes nothing; the last gives the means it was judged on."""
+    from rip_control.ros.weights_intake import WeightsIntake
+    from rip_control.run.supervisor import episode_rejection, judged_figures
+
+    intake = WeightsIntake(logger=None)
+    line = intake.judged(_summary('pending', 100.0, 2.0), tmp_path)
+    assert 'more of its evaluation to come' in line and 'v7' in line
+    assert (intake.promoted, intake.rejected_by_guard, intake.last_verdict) == (0, 0, 'none')
+    rejected = _summary(
+        'rejected',
+        100.0,  # this episode's
+        2.0,
+        eval_score=250.0,  # the evaluation's mean
+        eval_balance_s=5.0,
+        eval_bar=285.0,
+        eval_balance_bar_s=6.0,
+        eval_missed='return',
+    )
+    line = intake.judged(rejected, tmp_path)
+    assert 'return 250.00 below the bar 285.00' in line and intake.rejected_by_guard == 1
+    assert intake.last_verdict.startswith('v7 rejected: evaluation return 250.00')
+    # The runner reads the ~/episode message's fields the same way.
+    msg = {'return': 100.0, 'balance_s': 2.0, 'eval_score': 250.0, 'eval_balance_s': 5.0}
+    assert judged_figures(msg) == (250.0, 5.0)
+    assert judged_figures({**msg, 'eval_score': math.nan}) == (100.0, 2.0)  # pending, older
+    missed = {**msg, 'eval_missed': 2.0, 'eval_bar': 285.0, 'eval_balance_bar_s': 6.0}
+    assert episode_rejection(missed) == 'balance 5.000 s below the bar 6.000 s'

@@ -260,7 +260,8 @@ def test_a_parameter_the_data_does_not_determine_keeps_the_prior_and_is_named(
         assert result.undetermined == [], lines
         assert any('pendulum_viscous_damping_nms_per_rad: needed (cost' in x for x in lines)
         fitted = result.params.pendulum_viscous_damping_nms_per_rad
-        assert fitted < prior_damping, fitted  # moved towards the truth
+        truth_damping = truth.pendulum_viscous_damping_nms_per_rad
+        assert abs(fitted - truth_damping) < abs(prior_damping - truth_damping), fitted
         return
     assert result.undetermined == ['pendulum_viscous_damping_nms_per_rad']
     damping = next(e for e in result.estimates if e.name == result.undetermined[0])
@@ -300,8 +301,10 @@ def test_a_dead_zone_that_passes_one_direction_sooner_is_kept_by_the_held_out_wi
     records = identify.records_from_arrays(
         record_session(rig, DEFAULT_POLICY, episodes=2), 0.02, 8.0
     )
+    # A short search with one random restart: from the prior alone, 40 or 60 generations
+    # ended in a basin where no term helped (seen with search seed 0).
     result, _ = identify.identify(
-        records, PendulumParams(), _opts(generations=40, restarts=0), log=lambda _: None
+        records, PendulumParams(), _opts(generations=40, restarts=1), log=lambda _: None
     )
     sel = result.selection
     assert sel is not None

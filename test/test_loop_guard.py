@@ -187,6 +187,12 @@ def test_a_reactivation_runs_only_the_training_episodes_still_owed(tmp_path: Pat
 def test_an_evaluation_of_two_episodes_drives_the_candidate_twice_and_judges_their_mean(
     tmp_path: Path,
 ) -> None:
+    """``eval_episodes``: a candidate's evaluation runs on, whatever arrives meanwhile.
+
+    v2 arrives during the baseline and v3 during v2's evaluation: each evaluation's episodes
+    are all its own actor's, the verdict comes at its last episode, on the means of what the
+    gate was told.
+    """
     import math
 
     with EmulatorProcess(tmp_path / 'rig') as emu:
@@ -201,34 +207,51 @@ def test_an_evaluation_of_two_episodes_drives_the_candidate_twice_and_judges_the
             box = _Box(_actor(1))
             gate = cfg.gate()
             gate.start(box.actor)
+            told: list[tuple[float, float]] = []
+            judge = gate.judge
+
+            def recording(score: float, balance_s: float):  # what the loop tells the gate
+                told.append((score, balance_s))
+                return judge(score, balance_s)
+
+            gate.judge = recording  # type: ignore[method-assign]
             transitions: Outbox[Transition] = Outbox(100_000, holdback=2)
             episodes: Outbox[EpisodeSummary] = Outbox(100)
             ticks: Outbox[TickSample] = Outbox(100_000)
             loop = ControlLoop(env, cfg, box, transitions, ticks, episodes, gate=gate)
             done: list[EpisodeSummary] = []
 
-            def after_tick() -> None:  # the newest actor arrives during the baseline
+            def after_tick() -> None:
                 while (ep := episodes.pop_from_non_rt()) is not None:
                     done.append(ep)
-                    box.actor = _actor(2)
+                    if ep.verdict == 'pending':  # a newer actor, mid-evaluation
+                        box.actor = _actor(ep.policy_version + 1)
 
             loop.run(threading.Event(), after_tick=after_tick)
             after_tick()
         finally:
             client.close()
     kinds = [(e.kind, e.verdict, e.policy_version) for e in done]
-    # v2 arrived after the baseline's first episode: the baseline's second still measured v1.
-    assert kinds[:3] == [
+    assert kinds[:5] == [
         ('evaluation', 'pending', 1),
-        ('evaluation', 'baseline', 1),
+        ('evaluation', 'baseline', 1),  # v2 had arrived: the baseline still measured v1
         ('training', '', 1),
+        ('evaluation', 'pending', 2),
+        ('evaluation', kinds[4][1], 2),  # v3 had arrived: v2's evaluation went on
     ], kinds
-    assert kinds[3:5] == [('evaluation', 'pending', 2), ('evaluation', kinds[4][1], 2)], kinds
-    assert kinds[4][1] in ('promoted', 'rejected') and kinds[5][0] == 'training', kinds
-    assert len(done) == 6 and loop.status.eval_episodes == 4
+    assert kinds[4][1] in ('promoted', 'rejected') and len(done) == 6, kinds
+    assert done[5].kind == 'training' and loop.status.eval_episodes == 4
+    assert done[5].policy_version == (2 if kinds[4][1] == 'promoted' else 1)
     pending = [e for e in done if e.verdict == 'pending']
     assert all(math.isnan(e.eval_score) and math.isnan(e.eval_balance_s) for e in pending)
-    for first, last in ((done[0], done[1]), (done[3], done[4])):
-        assert last.eval_score == pytest.approx((first.episode_return + last.episode_return) / 2)
-        assert last.eval_balance_s == pytest.approx((first.balance_s + last.balance_s) / 2)
     assert math.isnan(done[2].eval_score)  # a training episode judges nothing
+    assert len(told) == 4
+    evaluations = ((done[0], done[1]), (done[3], done[4]))
+    for (first, last), pair in zip(evaluations, (told[:2], told[2:]), strict=True):
+        # The gate was told each episode's own figures, and judged on their means.
+        assert pair == [
+            (first.episode_return, first.balance_s),
+            (last.episode_return, last.balance_s),
+        ]
+        assert last.eval_score == pytest.approx((pair[0][0] + pair[1][0]) / 2)
+        assert last.eval_balance_s == pytest.approx((pair[0][1] + pair[1][1]) / 2)

@@ -124,7 +124,7 @@ def summarise(
     if evs:
         verdicts = Counter(VERDICTS[int(e['verdict'])] for e in evs)
         lines.append(
-            f'regression guard: {len(evs)} evaluation(s) ({dict(verdicts)}); live policy '
+            f'regression guard: {len(evs)} evaluation episode(s) ({dict(verdicts)}); live policy '
             f'v{summary["live_policy_version"]}, best v{summary["best_policy_version"]} '
             f'(evaluation return {summary["best_eval_return"]:.2f}, {run_files.POLICY_BEST})'
         )

@@ -5,18 +5,20 @@ shipped=policies/sim_50hz/policy.safetensors --policy adapted=PATH --json FILE``
 
 Each policy's deterministic actor on the rig file, behind the emulator's firmware logic on an
 explicit clock (:mod:`rip_bench.offline_rig`): ``--episodes`` episodes of ``--seconds`` from
-hanging, and in each, once the pendulum has balanced for ``--kick-after-s``, an impulse on the
-pendulum (its angular velocity changed by ``--kick-rad-s``, the sign alternating by episode:
-a tap on the tip). The record gives, per policy, the deployment measures with their 90 %
-intervals (:func:`rip_control.run.evaluation.deployment_measures`: balance after swing-up,
-longest balance, swing-up time, chatter), and the pushes: how many were applied (an episode
-that never balanced long enough gets none) and how many the policy recovered from (balanced
-again within ``--recover-within-s`` and still balanced at the episode's end).
+hanging, left alone; then the same episodes again, each with an impulse on the pendulum once
+it has balanced for ``--kick-after-s`` (its angular velocity changed by ``--kick-rad-s``, the
+sign alternating by episode: a tap on the tip). The record gives, per policy, the deployment
+measures of the episodes left alone with their 90 % intervals
+(:func:`rip_control.run.evaluation.deployment_measures`: balance after swing-up, longest
+balance, swing-up time, chatter), and of the pushed ones: how many pushes were applied (an
+episode that never balanced long enough gets none) and how many the policy recovered from
+(balanced again within ``--recover-within-s`` and still balanced at the episode's end).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +69,32 @@ def deploy(
     kick_rad_s: float,
     recover_within_s: float,
 ) -> dict[str, Any]:
-    """One policy's long deployment on ``rig_file``: its episodes, measures and pushes."""
+    """One policy's long deployments on ``rig_file``: left alone, then pushed."""
+    alone = _episodes(rig_file, policy, episodes, seconds, seed, None, 0.0, 0.0)
+    pushed = _episodes(
+        rig_file, policy, episodes, seconds, seed, kick_after_s, kick_rad_s, recover_within_s
+    )
+    return {
+        'policy': policy,
+        **alone,
+        'pushed': {k: pushed[k] for k in ('episodes', 'measures')},
+        'pushes': len(pushed['kicks']),
+        'recovered': sum(k['recovered'] for k in pushed['kicks']),
+        'kicks': pushed['kicks'],
+    }
+
+
+def _episodes(
+    rig_file: str,
+    policy: str,
+    episodes: int,
+    seconds: float,
+    seed: int,
+    kick_after_s: float | None,
+    kick_rad_s: float,
+    recover_within_s: float,
+) -> dict[str, Any]:
+    """The episodes of one deployment (``kick_after_s`` None: no push)."""
     from rip_bench.offline_rig import HANGING_SPREAD_RAD, OfflineRig, _policy, run_episode
     from rip_control.rig.env import BALANCE_THRESHOLD_RAD
     from rip_control.rig.gap_plant import load_rig
@@ -78,7 +105,7 @@ def deploy(
     period = task.config.period_s
     rig = OfflineRig(params, gap, seed=seed)
     starts = np.random.default_rng(seed).uniform(-HANGING_SPREAD_RAD, HANGING_SPREAD_RAD, episodes)
-    need = round(kick_after_s / period)
+    need = math.inf if kick_after_s is None else round(kick_after_s / period)
     rows, kicks = [], []
     for i, alpha0 in enumerate(starts):
         state: dict[str, Any] = {'run': 0, 'kicked_at': None, 'push': kick_rad_s * (-1) ** i}
@@ -107,14 +134,7 @@ def deploy(
             kicks.append(
                 {'episode': i, 'at_s': state['kicked_at'] * period, 'recovered': recovered}
             )
-    return {
-        'policy': policy,
-        'episodes': rows,
-        'measures': deployment_measures(rows),
-        'pushes': len(kicks),
-        'recovered': sum(k['recovered'] for k in kicks),
-        'kicks': kicks,
-    }
+    return {'episodes': rows, 'measures': deployment_measures(rows), 'kicks': kicks}
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:

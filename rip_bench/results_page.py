@@ -657,7 +657,7 @@ GAP_ADAPT_RESULT = Result(
 )
 
 #: Long offline deployments with a push, on the gap rigs, of the policies ``adapt`` deployed.
-LONG = tuple(f'long_deployment_gap_{rig}.json' for rig in ('sticky', 'laggy'))
+LONG = tuple(f'long_deployment_gap_{rig}.json' for rig in ('sticky', 'laggy', 'heavy_tip'))
 
 
 def _long_line(name: str, p: dict[str, Any]) -> str:

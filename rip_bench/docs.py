@@ -285,6 +285,11 @@ def headline_table() -> str:
             '... and on a laggy one (command delay, a ringing driver, jittery readings, backlash)',
             'adapt_gap_laggy_seed*.json',
         ),
+        _adapt_row(
+            '... and on one whose pendulum is not a rod (a 30 g tip, a stiff cable, a coarse '
+            'encoder)',
+            'adapt_gap_heavy_tip_seed*.json',
+        ),
         _v5_row(),
         _timing_row(),
         _demo_row(),

@@ -42,6 +42,7 @@ setup(
             'rig_emulator = rip_control.rig.emulator:main',
             'rig_check = rip_control.rig_check:main',
             'pretrain = rip_learner.pretrain:main',
+            'identify = rip_learner.identify:main',
         ],
     },
 )

@@ -86,9 +86,9 @@ def sac_config(lp: dict[str, Any]) -> Any:
 
 def safeguards(lp: dict[str, Any], policy: str, rate_hz: float) -> dict[str, Any]:
     """The learner's update and safeguards from its parameter section, for the sync arm."""
+    from rip_control import buffer_file
     from rip_control.run_files import PRIOR_DATA as PRIOR_DATA_FILE
     from rip_control.run_files import packaged_policy
-    from rip_learner import buffer_store
 
     prior = None
     path = str(lp.get('prior_data') or '')
@@ -102,7 +102,7 @@ def safeguards(lp: dict[str, Any], policy: str, rate_hz: float) -> dict[str, Any
     if path:
         from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 
-        prior, _ = buffer_store.load(
+        prior, _ = buffer_file.load(
             path, rate_hz=rate_hz, obs_size=OBS_SIZE, action_size=ACTION_SIZE
         )
     return {

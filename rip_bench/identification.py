@@ -196,7 +196,7 @@ def identify_gap(rig_file: str, seed: int, episodes: int, opts: dict[str, Any]) 
         'seconds_of_data': result.seconds_of_data,
         'wall_s': result.wall_s,
         'selection': sel,
-        'identified': result.summary()['identified'],
+        'identified': result.summary()['fitted'],
     }
 
 

@@ -221,7 +221,7 @@ def record_excitation(
 ) -> dict[str, np.ndarray]:
     """The excitation episode on a rig file, offline, as replay-buffer arrays.
 
-    :data:`rip_learner.buffer_store.FIELDS` and ``PROVENANCE`` (the policy version marks the
+    :data:`rip_learner.buffer_file.FIELDS` and ``PROVENANCE`` (the policy version marks the
     excitation), as :func:`rip_learner.identify.records_from_arrays` takes them with
     ``period_s = 1 / rate_hz`` and the same ``max_action_v``.
     """

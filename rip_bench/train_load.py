@@ -34,14 +34,14 @@ def shipped_update(model: Any) -> FastSacUpdate:
     The prior share and the smoothness weight are the parameter table's defaults; the
     smoothness term is measured against the initial actor's chatter.
     """
+    from rip_control import buffer_file
     from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
     from rip_control.run_files import PRIOR_DATA, packaged_policy
-    from rip_learner import buffer_store
     from rip_learner.fast_sac import FastSacUpdate
 
     shipped = defaults(LEARNER_PARAMETERS)
     path = packaged_policy(50.0).with_name(PRIOR_DATA)
-    arrays, _ = buffer_store.load(path, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+    arrays, _ = buffer_file.load(path, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
     return FastSacUpdate(
         model,
         prior=arrays,

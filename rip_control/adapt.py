@@ -69,7 +69,7 @@ from typing import Any
 
 from rip_control import run_files
 from rip_control.files import atomic_write_bytes
-from rip_control.params import Param, options_help, parse_args, table_by_name
+from rip_control.params import Param, options_help, parse_args
 
 OPTIONS = (
     Param('rig_minutes', 10.0, 'rig-time budget (engaged or resetting), minutes', 0.5, 1000.0),
@@ -693,14 +693,14 @@ def _loop(
 
 def _action_histories(a: Adapt, prior: Path) -> tuple[int, int]:
     """The prior's ``action_history`` and the re-trainings' (the user's, if typed)."""
+    from rip_control.params import PRETRAIN_ACTION_HISTORY
     from rip_control.run.launching import launch_values, recorded_action_history, set_by_user
-    from rip_learner import pretrain
 
     k_prior = recorded_action_history(str(prior), 0)
     if set_by_user(a.runner, launch_values(a.runner), 'action_history'):
         return k_prior, int(a.control['action_history'])  # the user's, for every phase
     # new pre-trainings' default; a warm start cannot take inputs away
-    return k_prior, max(k_prior, int(table_by_name(pretrain.OPTIONS)['action_history'].default))
+    return k_prior, max(k_prior, int(PRETRAIN_ACTION_HISTORY.default))
 
 
 def _deployment(
@@ -743,23 +743,20 @@ def _gain(final: dict[str, Any], start: dict[str, Any]) -> dict[str, Any]:
 def _identify(a: Adapt) -> tuple[Path, dict[str, Any]]:
     """The identification (or the given file): the rig file and the identification's options.
 
-    Recorded as the summary's ``identification`` (its summary; ``{}`` when given) and
-    ``identified``; resuming, read from the record when it finished.
+    ``python -m rip_learner.identify`` on the baseline's transitions (:func:`_program`).
+    Recorded as the summary's ``identification`` (the rig file's ``identification:``; ``{}``
+    when given) and ``identified``; resuming, read from the record when it finished.
     """
-    from rip_learner import identify
-
     identified = a.run_dir / run_files.IDENTIFIED_RIG
     opts: dict[str, Any] = {}
     if not a.own['identification']:
-        data = a.run_dir / PHASES[0] / run_files.EVALUATION_TRANSITIONS
         opts = {
-            **{p.name: p.default for p in identify.OPTIONS},
-            'buffer': str(data),
+            'buffer': str(a.run_dir / PHASES[0] / run_files.EVALUATION_TRANSITIONS),
             'out': str(identified),
             'rate_hz': a.rate,
             'seed': a.seed,
+            'max_action_v': float(a.control['max_action_v']),
         }
-        opts['max_action_v'] = float(a.control['max_action_v'])
     if IDENTIFICATION in a.earlier:
         a.results.update(identified=a.earlier['identified'])
         a.note(IDENTIFICATION, a.earlier[IDENTIFICATION])
@@ -771,15 +768,83 @@ def _identify(a: Adapt) -> tuple[Path, dict[str, Any]]:
         atomic_write_bytes(identified, Path(a.own['identification']).read_bytes())
         a.log(f'identification: given, {a.own["identification"]}')
     else:
-        result, _ = identify.run(opts, log=lambda line: a.log(line))
-        ident_summary = result.summary()
+        ident_summary = identify(opts, a.log)
     a.step = None
     a.results['identified'] = {
         name: {'value': v['value'], 'std': v['std'], 'determined': v['determined']}
-        for name, v in ident_summary.get('identified', {}).items()
+        for name, v in ident_summary.get('fitted', {}).items()
     }
     a.note(IDENTIFICATION, ident_summary)
     return identified, opts
+
+
+def identify(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
+    """``python -m rip_learner.identify`` with ``opts``; its record (the rig file's).
+
+    The rig file's ``identification:``: each fitted value (``fitted``), what moved from the
+    prior (``moved``), the residuals and the term selection.
+    """
+    import yaml
+
+    _program('identify', opts, log)
+    doc = yaml.safe_load(Path(opts['out']).read_text())
+    return dict(doc.get('identification') or {})
+
+
+def _program(executable: str, options: dict[str, Any], log: Any, prefix: str = '') -> None:
+    """Run one of the learner's programs to its end (``python -m``), its lines in the log.
+
+    Identification and re-training run as the programs a user runs by hand, each a process
+    of its own, as the runner starts the learner node: nothing of ``rip_learner`` is imported
+    here. A stop signal here stops it too (SIGINT: its own clean exit) before it goes on.
+
+    :param executable: a key of :data:`rip_control.run.launching.EXECUTABLES`.
+    :param options: its ``name:=value`` options (what is not given: its defaults).
+    :raises RuntimeError: it ended with another status than 0, naming its last lines.
+    """
+    import subprocess
+    import threading
+
+    from rip_control.procs import child_env, die_with_parent, signals_blocked, stop_process
+    from rip_control.run.launching import EXECUTABLES
+
+    def text(value: Any) -> str:
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    cmd = [sys.executable, '-m', EXECUTABLES[executable]]
+    cmd += [f'{name}:={text(value)}' for name, value in options.items()]
+    with signals_blocked():
+        proc = subprocess.Popen(
+            cmd,
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only, no locks taken
+        )
+    tail: list[str] = []
+
+    def pump() -> None:  # reads and reaps; signals never raise in this thread
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail[:] = (tail + [line.rstrip()])[-5:]
+            log(prefix + line.rstrip())
+        proc.wait()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        while reader.is_alive():
+            reader.join(0.5)
+    except BaseException:
+        stop_process(proc)
+        reader.join(2.0)
+        raise
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f'{EXECUTABLES[executable]} exited with status {proc.returncode}: '
+            + ' | '.join(tail[-3:])
+        )
 
 
 def _candidate(a: Adapt, prior: Path, k_prior: int) -> tuple[int, Path, dict[str, Any]]:
@@ -852,16 +917,14 @@ def _retrain(
 
     Its result, also in its entry of the record (``retrain``); resuming, read from there.
     """
-    from rip_learner import pretrain
-
     done = a.replay(name)
     if done is not None:
         return dict(done['retrain'])
     a.begin(name, on_rig=False)
+    out = a.run_dir / name
     popts = {
-        **{p.name: p.default for p in pretrain.OPTIONS},
         'rate': a.rate,
-        'out': str(a.run_dir / name),
+        'out': str(out),
         'rig_params': str(rig_file),
         'init': str(init),
         'randomization': randomization,
@@ -874,7 +937,8 @@ def _retrain(
         'ramp_steps': 0,
         'learning_starts': 1000,
     }
-    result = pretrain.pretrain(popts, log=lambda line: a.log(f'retrain: {line}'))
+    _program('pretrain', popts, a.log, prefix='retrain: ')
+    result = json.loads((out / run_files.PRETRAIN_RECORD).read_text())
     kept = {k: result[k] for k in ('steps', 'wall_s', 'stopped_by', 'best')}
     return dict(a.finish(0.0, retrain=kept)['retrain'])
 
@@ -888,52 +952,22 @@ def _log_verdict(a: Adapt, name: str, verdict: Any, promoted: str, otherwise: st
     )
 
 
-def moved(estimates: list[Any]) -> dict[str, dict[str, float]]:
-    """The parameters a second identification moved from its prior (the first's values).
-
-    Those determined and moved by more than the identification counts as determined
-    (:meth:`rip_learner.identify.Fitted.tolerance`): name -> ``from``, ``to``, ``tolerance``.
-    """
-    from rip_learner.identify import ALL_FITTED
-
-    by_name = {f.name: f for f in ALL_FITTED}
-    out = {}
-    for e in estimates:
-        tolerance = by_name[e.name].tolerance(e.prior)
-        if e.determined and abs(e.value - e.prior) > tolerance:
-            out[e.name] = {'from': e.prior, 'to': e.value, 'tolerance': tolerance}
-    return out
-
-
 def reidentify(
     run_dir: Path, opts: dict[str, Any], first: Path, log: Any = print
-) -> tuple[Any, Path]:
+) -> tuple[dict[str, Any], Path]:
     """The second identification: from the baseline's and the candidate's transitions.
 
     ``opts`` are the first identification's; its result ``first`` is the prior (the start,
     and the value kept for what the data does not determine). Writes
-    ``reidentified_rig.yaml`` in ``run_dir``; returns the result and that path.
+    ``reidentified_rig.yaml`` in ``run_dir``; returns its record (:func:`identify`: what
+    ``moved`` from the first) and that path.
     """
-    from rip_learner import buffer_store, identify
-
-    rate = float(opts['rate_hz'])
-    records: list[Any] = []
-    parts = []
-    for name in (PHASES[0], PHASES[2]):
-        path = run_dir / name / run_files.EVALUATION_TRANSITIONS
-        arrays, meta = buffer_store.load(path, rate_hz=rate, obs_size=None, action_size=None)
-        # Each phase numbers its episodes from 0: the later phase's are the newer ones.
-        offset = 1 + max((r.episode for r in records), default=-1)
-        arrays = {**arrays, 'episodes': arrays['episodes'] + offset}
-        records += identify.records_from_arrays(arrays, 1.0 / rate, float(opts['max_action_v']))
-        parts.append(f'{path} ({meta.count} transitions)')
     out = run_dir / run_files.REIDENTIFIED_RIG
-    return identify.run_records(
-        records,
-        'replay buffers ' + ' and '.join(parts),
-        {**opts, 'prior': str(first), 'out': str(out), 'buffer': '', 'run': ''},
-        log=log,
-    )
+    buffers = [
+        run_dir / name / run_files.EVALUATION_TRANSITIONS for name in (PHASES[0], PHASES[2])
+    ]
+    again = {**opts, 'buffer': ','.join(map(str, buffers)), 'prior': str(first), 'out': str(out)}
+    return identify(again, log), out
 
 
 def _again(
@@ -1031,11 +1065,10 @@ def _identify_again(
         a.note(REIDENTIFICATION, done)
         return done
     a.begin(REIDENTIFICATION, on_rig=False)
-    result, out = reidentify(a.run_dir, opts, first, log=a.log)
-    found = result.summary()
-    done['identified'] = found['identified']
+    found, out = reidentify(a.run_dir, opts, first, log=a.log)
+    done['identified'] = found['fitted']
     done.update(seconds_of_data=found['seconds_of_data'], wall_s=found['wall_s'])
-    done['moved'] = shifted = moved(result.estimates)
+    done['moved'] = shifted = found['moved']
     if shifted:
         done['why'] = f'{", ".join(shifted)} moved: re-trained at {out.name}'
     else:

@@ -203,12 +203,12 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
     traces: dict[str, Any] = {f'ep{ep}_{k}': v for ep, _, tr in episodes for k, v in tr.items()}
     np.savez(run_dir / run_files.EVALUATION_TRACES, **traces)
     if recorder.received:
-        from rip_learner import buffer_store
+        from rip_control import buffer_file
 
-        arrays = buffer_store.arrays_from_transitions(recorder.received)
+        arrays = buffer_file.arrays_from_transitions(recorder.received)
         n_obs = len(recorder.received[0].obs)
-        meta = buffer_store.BufferMeta(rate, n_obs, ACTION_SIZE, len(recorder.received), 0)
-        buffer_store.save(run_dir / run_files.EVALUATION_TRANSITIONS, arrays, meta)
+        meta = buffer_file.BufferMeta(rate, n_obs, ACTION_SIZE, len(recorder.received), 0)
+        buffer_file.save(run_dir / run_files.EVALUATION_TRANSITIONS, arrays, meta)
     if episodes:
         plot_traces(
             episodes,

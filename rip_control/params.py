@@ -298,6 +298,18 @@ ACTION_HISTORY = Param(
     0,
     8,
 )
+# New pre-trainings see the two actions before the previous one: on the stuck rig (1.5 ticks
+# of latency, a 1.2 V dead zone) k = 2 deployed best (bench/results/
+# action_history_stuck_seed*.json, README). The nodes' own default stays 0 (the shipped
+# policy's); the runner takes a policy's k from its file. Read by rip_learner.pretrain (its
+# option) and rip_control.adapt (what its re-trainings get unless the user typed one).
+PRETRAIN_ACTION_HISTORY = Param(
+    'action_history',
+    2,
+    ACTION_HISTORY.description + '; a warm start from a smaller k gets zero weights',
+    ACTION_HISTORY.lo,
+    ACTION_HISTORY.hi,
+)
 _RUN_NAME = Param('run_name', 'default', 'outputs under runs/<run_name>')
 _RUNS_DIR = Param('runs_dir', 'runs', 'parent directory of runs')
 _RUN_ID = Param(

@@ -380,6 +380,7 @@ def run_excitation(port: str, rate_hz: float, max_action_v: float, out: Path) ->
     """
     import threading
 
+    from rip_control import buffer_file
     from rip_control.rig.env import (
         ACTION_SIZE,
         RealRotaryInvertedPendulumEnv,
@@ -388,7 +389,6 @@ def run_excitation(port: str, rate_hz: float, max_action_v: float, out: Path) ->
     from rip_control.rt.loop import ControlLoop, EpisodeSummary, LoopConfig, TickSample
     from rip_control.rt.outbox import Outbox
     from rip_control.transitions import Transition
-    from rip_learner import buffer_store
 
     class _NoActor:  # the excitation needs none; a training episode never starts here
         def read_from_rt(self) -> object:
@@ -424,9 +424,9 @@ def run_excitation(port: str, rate_hz: float, max_action_v: float, out: Path) ->
         got.append(t)
     if not done or not got:
         raise RigError('the excitation episode did not finish: nothing written')
-    arrays = buffer_store.arrays_from_transitions(got)
-    meta = buffer_store.BufferMeta(rate_hz, task.obs_size, ACTION_SIZE, len(got), 0)
-    buffer_store.save(out, arrays, meta)
+    arrays = buffer_file.arrays_from_transitions(got)
+    meta = buffer_file.BufferMeta(rate_hz, task.obs_size, ACTION_SIZE, len(got), 0)
+    buffer_file.save(out, arrays, meta)
     ep, st = done[0], loop.status
     # A failed tick cuts the episode (what it recorded stays, the episode runs again); a late
     # tick's transition is dropped for its dt. Either changes the count: said, not hidden.

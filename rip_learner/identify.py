@@ -72,7 +72,12 @@ _CONTROL = table_by_name(CONTROL_PARAMETERS)
 
 OPTIONS = (
     Param('run', '', 'a run folder: its replay buffer (replay_buffer.safetensors)'),
-    Param('buffer', '', 'a replay buffer file'),
+    Param(
+        'buffer',
+        '',
+        'a replay buffer file, or several separated by commas (each numbers its episodes '
+        "after the earlier's: e.g. two deployments' evaluation transitions)",
+    ),
     Param('bag', '', 'a bag of the transitions topic (a directory)'),
     Param('out', '', f'rig YAML to write (default: {run_files.IDENTIFIED_RIG} in the run folder)'),
     Param(
@@ -287,7 +292,7 @@ def records_from_arrays(
 ) -> list[Record]:
     """Unbroken records from buffer arrays.
 
-    From buffer arrays (:data:`rip_learner.buffer_store.FIELDS` and
+    From buffer arrays (:data:`rip_learner.buffer_file.FIELDS` and
     ``PROVENANCE``). A transition continues the previous one when its observation is the
     previous next-observation and no episode ended between them; without provenance the dt is
     taken as the period and the episode as unknown.
@@ -705,19 +710,36 @@ class Identification:
     undetermined: list[str]
     selection: dict[str, Any] | None = None  # select_terms's record; None: none was made
 
+    def moved(self) -> dict[str, dict[str, float]]:
+        """The parameters the data moved from the prior by more than they count as determined.
+
+        Determined, and further from the prior than :meth:`Fitted.tolerance` at the prior:
+        name -> ``from``, ``to``, ``tolerance`` (what a second identification, started at a
+        first one's result, found that the first got wrong).
+        """
+        by_name = {f.name: f for f in ALL_FITTED}
+        out = {}
+        for e in self.estimates:
+            tolerance = by_name[e.name].tolerance(e.prior)
+            if e.determined and abs(e.value - e.prior) > tolerance:
+                out[e.name] = {'from': e.prior, 'to': e.value, 'tolerance': tolerance}
+        return out
+
     def summary(self) -> dict[str, Any]:
-        """The JSON-able record of the fit."""
+        """The record of the fit: the rig YAML's ``identification:`` (JSON-able too)."""
         return {
-            'identified': {
+            'fitted': {
                 e.name: {
-                    'value': e.value,
-                    'std': e.std,
-                    'prior': e.prior,
+                    'value': float(e.value),
+                    'std': None if math.isnan(e.std) else float(e.std),
+                    'prior': float(e.prior),
                     'determined': e.determined,
                 }
                 for e in self.estimates
             },
-            'undetermined_kept_prior': self.undetermined,
+            'undetermined_kept_prior': list(self.undetermined),
+            'moved': self.moved(),
+            'not_fitted_scale': SCALE,
             'residual_rms_rad': {'theta': self.rms_theta_rad, 'alpha': self.rms_alpha_rad},
             'prior_residual_rms_rad': {
                 'theta': self.prior_rms_theta_rad,
@@ -726,7 +748,7 @@ class Identification:
             'seconds_of_data': self.seconds_of_data,
             'windows': self.windows,
             'evaluations': self.evaluations,
-            'wall_s': self.wall_s,
+            'wall_s': round(self.wall_s, 2),
             'selection': self.selection,
         }
 
@@ -1396,7 +1418,7 @@ def load_records(opts: dict[str, Any]) -> tuple[list[Record], str]:
     The source: ``run:=``, ``buffer:=`` or ``bag:=``. Raises :class:`ValueError` naming a
     missing or unreadable source.
     """
-    from rip_learner import buffer_store
+    from rip_control import buffer_file
 
     given = [k for k in ('run', 'buffer', 'bag') if opts[k]]
     if len(given) != 1:
@@ -1421,16 +1443,31 @@ def load_records(opts: dict[str, Any]) -> tuple[list[Record], str]:
             action_size=action_size,
             dt_tolerance_s=1.0 / rate,  # a late tick is data too: its dt was measured
         )
-        arrays = buffer_store.arrays_from_transitions(list(got.transitions))
+        arrays = buffer_file.arrays_from_transitions(list(got.transitions))
         source = f'bag {path} ({len(got.transitions)} transitions)'
     else:
-        path = Path(opts['buffer'] or Path(opts['run']) / run_files.BUFFER)
-        if not path.exists():
-            raise ValueError(
-                f'{"buffer" if opts["buffer"] else "run"}:= no replay buffer at {path}'
-            )
-        arrays, meta = buffer_store.load(path, rate_hz=rate, obs_size=None, action_size=None)
-        source = f'replay buffer {path} ({meta.count} transitions)'
+        paths = (
+            [Path(f) for f in str(opts['buffer']).split(',')]
+            if opts['buffer']
+            else [Path(opts['run']) / run_files.BUFFER]
+        )
+        parts: list[str] = []
+        records: list[Record] = []
+        for path in paths:
+            if not path.exists():
+                raise ValueError(
+                    f'{"buffer" if opts["buffer"] else "run"}:= no replay buffer at {path}'
+                )
+            arrays, meta = buffer_file.load(path, rate_hz=rate, obs_size=None, action_size=None)
+            if not len(arrays['rewards']):
+                raise ValueError(f'replay buffer {path} (0 transitions): no transitions')
+            # Each file numbers its episodes from 0: a later file's are the newer ones.
+            first = 1 + max((r.episode for r in records), default=-1)
+            arrays = {**arrays, 'episodes': arrays['episodes'] + first}
+            records += records_from_arrays(arrays, 1.0 / rate, max_v)
+            parts.append(f'{path} ({meta.count} transitions)')
+        source = ('replay buffers ' if len(paths) > 1 else 'replay buffer ') + ' and '.join(parts)
+        return records, source
     if not arrays or not len(arrays['rewards']):
         raise ValueError(f'{source}: no transitions')
     return records_from_arrays(arrays, 1.0 / rate, max_v), source
@@ -1449,31 +1486,7 @@ def _yaml_text(result: Identification, source: str, prior_name: str) -> str:
         f.name: type(getattr(shipped, f.name))(getattr(result.params, f.name))
         for f in fields(PendulumParams)
     }
-    ident = {
-        'source': source,
-        'prior': prior_name,
-        'fitted': {
-            e.name: {
-                'value': float(e.value),
-                'std': None if math.isnan(e.std) else float(e.std),
-                'prior': float(e.prior),
-                'determined': e.determined,
-            }
-            for e in result.estimates
-        },
-        'undetermined_kept_prior': list(result.undetermined),
-        'not_fitted_scale': SCALE,
-        'residual_rms_rad': {'theta': result.rms_theta_rad, 'alpha': result.rms_alpha_rad},
-        'prior_residual_rms_rad': {
-            'theta': result.prior_rms_theta_rad,
-            'alpha': result.prior_rms_alpha_rad,
-        },
-        'seconds_of_data': result.seconds_of_data,
-        'windows': result.windows,
-        'evaluations': result.evaluations,
-        'wall_s': round(result.wall_s, 2),
-        'selection': result.selection,
-    }
+    ident = {'source': source, 'prior': prior_name, **result.summary()}
     head = (
         '# Rig physics identified from its own transitions (python -m rip_learner.identify).\n'
         '# rig: what the emulator and pretrain load (rig_params:=THIS_FILE);\n'

@@ -38,6 +38,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import Float32MultiArray, UInt8MultiArray
 
+from rip_control.buffer_file import RunFolderInUse, check_run_dir_is_free
 from rip_control.params import LEARNER_PARAMETERS
 from rip_control.policy import POLICY_VERSION_MAX
 from rip_control.rig.env import ACTION_SIZE
@@ -51,7 +52,6 @@ from rip_control.ros.qos import (
     WEIGHTS_QOS,
 )
 from rip_control.transitions import TransitionRejected, check_period, split_run_id, unpack
-from rip_learner.buffer_store import RunFolderInUse, check_run_dir_is_free
 from rip_learner.learner_settings import LearnerConfigError, LearnerSettings
 from rip_learner.trainer import Trainer
 

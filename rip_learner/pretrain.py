@@ -50,8 +50,8 @@ import numpy as np
 from rip_control import run_files
 from rip_control.files import atomic_write_bytes
 from rip_control.params import (
-    ACTION_HISTORY,
     LEARNER_PARAMETERS,
+    PRETRAIN_ACTION_HISTORY,
     Param,
     help_requested,
     parse_options,
@@ -83,17 +83,7 @@ OPTIONS = (
     Param('time_limit_s', 900.0, 'stop after this much wall-clock time', 1.0, 86_400.0),
     Param('seed', 0, 'seed of SAC, the curriculum and the randomisation', 0, 2**31 - 1),
     Param('hidden_sizes', [64, 64], 'actor and critic layers (must match the learner)'),
-    # New pre-trainings see the two actions before the previous one: on the stuck rig (1.5
-    # ticks of latency, a 1.2 V dead zone) k = 2 deployed best (bench/results/
-    # action_history_stuck_seed*.json, README). The nodes' own default stays 0 (the shipped
-    # policy's); the runner takes a policy's k from its file.
-    Param(
-        'action_history',
-        2,
-        ACTION_HISTORY.description + '; a warm start from a smaller k gets zero weights',
-        ACTION_HISTORY.lo,
-        ACTION_HISTORY.hi,
-    ),
+    PRETRAIN_ACTION_HISTORY,
     Param('batch_size', 256, 'SAC batch', 1, 100_000),
     Param(
         'learning_rate', 1e-3, 'SAC learning rate (3e-4 took 3x the steps to balance)', 1e-6, 1.0
@@ -448,15 +438,16 @@ def save_prior_data(rb: Any, path: Path, size: int, rate_hz: float, seed: int) -
     diverse (the curriculum's starts, randomised physics), to keep the critics anchored while
     the rig's first transitions are few.
     """
+    from rip_control import buffer_file
+    from rip_control.buffer_file import BufferMeta
     from rip_learner import buffer_store
-    from rip_learner.buffer_store import BufferMeta
 
     arrays = buffer_store.extract(rb)
     n = len(arrays['rewards'])
     pick = np.sort(np.random.default_rng(seed).choice(n, size=min(size, n), replace=False))
     arrays = {k: v[pick] for k, v in arrays.items()}
     meta = BufferMeta(rate_hz, arrays['observations'].shape[1], ACTION_SIZE, len(pick))
-    buffer_store.save(path, arrays, meta)
+    buffer_file.save(path, arrays, meta)
     return {'file': str(path), 'transitions': len(pick), 'of': n}
 
 
@@ -560,7 +551,7 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     best: dict[str, Any] = {'score': -math.inf}
     t0 = time.monotonic()
-    csv_path = out / 'progress.csv'
+    csv_path = out / run_files.PRETRAIN_PROGRESS
     eval_s = 0.0
 
     def save(tag_step: int, score: float, nominal: list, randomised: list) -> None:
@@ -710,9 +701,9 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
             rate,
             opts['seed'],
         )
-    atomic_write_bytes(out / 'pretrain.json', json.dumps(summary, indent=1).encode())
+    atomic_write_bytes(out / run_files.PRETRAIN_RECORD, json.dumps(summary, indent=1).encode())
     if rows:
-        _plot_curve(rows, out / 'learning_curve.png')
+        _plot_curve(rows, out / run_files.LEARNING_CURVE)
     log(
         f'done in {elapsed:.0f} s ({model.num_timesteps} steps, stopped by {stopped_by}); '
         f'best at step {best.get("step")}: balance nominal '

@@ -22,14 +22,15 @@ import uuid
 
 import numpy as np
 
-from rip_control import run_files
+from rip_control import buffer_file, run_files
 from rip_control.bags import BagRejected, read_transitions
+from rip_control.buffer_file import BufferMeta, BufferRejected
 from rip_control.files import atomic_write_bytes
 from rip_control.policy import PolicyRejected, encode_actor, load_actor_file, read_metadata
 from rip_control.rig.env import ACTION_SIZE, obs_size
 from rip_control.transitions import Transition
 from rip_learner import buffer_store
-from rip_learner.buffer_store import BufferMeta, BufferRejected, ProvenanceLog
+from rip_learner.buffer_store import ProvenanceLog
 from rip_learner.fast_sac import FastSacUpdate
 from rip_learner.learner_settings import LearnerConfigError, LearnerSettings
 from rip_learner.sac import (
@@ -127,7 +128,7 @@ class Trainer:
         if path is None:
             return
         try:
-            arrays, meta = buffer_store.load(
+            arrays, meta = buffer_file.load(
                 path, rate_hz=s.rate_hz, obs_size=self.obs_size, action_size=ACTION_SIZE
             )
         except BufferRejected as exc:
@@ -165,7 +166,7 @@ class Trainer:
         if not s.resume_buffer:
             return
         try:
-            arrays, meta = buffer_store.load(
+            arrays, meta = buffer_file.load(
                 s.resume_buffer, rate_hz=s.rate_hz, obs_size=self.obs_size, action_size=ACTION_SIZE
             )
         except BufferRejected as exc:
@@ -446,7 +447,7 @@ class Trainer:
             generation,
             self._last_generation,
         )
-        buffer_store.save(s.run_dir / run_files.BUFFER, arrays, meta)
+        buffer_file.save(s.run_dir / run_files.BUFFER, arrays, meta)
         atomic_write_bytes(s.run_dir / run_files.POLICY_LATEST, actor)
         atomic_write_bytes(
             s.run_dir / run_files.CHECKPOINT,

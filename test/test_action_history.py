@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
-from rip_control import run_files
+from rip_control import buffer_file, run_files
 from rip_control.policy import (
     PolicyRejected,
     decode_actor,
@@ -34,7 +34,7 @@ from rip_control.rig.env import (
     action_history_of,
     obs_size,
 )
-from rip_learner import buffer_store, pretrain
+from rip_learner import pretrain
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / 'policies' / 'sim_50hz'
@@ -272,7 +272,7 @@ def test_a_fine_tune_at_k_2_runs_and_its_transitions_hold_the_actions_the_loop_a
     summary = json.loads((run / 'summary.json').read_text())
     assert summary['episodes'] == 2
     assert int(summary['learner']['train_calls']) > 0
-    arrays, meta = buffer_store.load(
+    arrays, meta = buffer_file.load(
         run / run_files.BUFFER, rate_hz=50.0, obs_size=8, action_size=1
     )
     assert meta.count >= 150  # two episodes of 100 ticks (an arm-limit end: fewer)

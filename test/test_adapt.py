@@ -110,9 +110,9 @@ def _stuck_run(tmp_path: Path) -> Path:
     The baseline: the excitation and an episode; the candidate: an episode of its own.
     """
     from rip_bench.identification import simulated_recording
+    from rip_control import buffer_file
     from rip_control.adapt import PHASES
     from rip_control.transitions import EXCITATION_VERSION
-    from rip_learner import buffer_store
 
     truth = PendulumParams.from_yaml(STUCK)
     baseline = simulated_recording(truth, seed=0, episodes=1)
@@ -124,10 +124,10 @@ def _stuck_run(tmp_path: Path) -> Path:
     for phase, arrays in ((PHASES[0], baseline), (PHASES[2], candidate)):
         n_obs, n = arrays['observations'].shape[1], len(arrays['rewards'])
         (run / phase).mkdir(parents=True)
-        buffer_store.save(
+        buffer_file.save(
             run / phase / run_files.EVALUATION_TRANSITIONS,
             arrays,
-            buffer_store.BufferMeta(50.0, n_obs, 1, n, 0),
+            buffer_file.BufferMeta(50.0, n_obs, 1, n, 0),
         )
     return run
 
@@ -139,40 +139,29 @@ def test_the_second_identification_moves_what_the_first_got_wrong(tmp_path, wron
     A first identification that missed the stuck rig's dead zone (0 V for 1.2 V) is moved
     by the second, and only that parameter is reported moved; a right one is not moved.
     """
-    from rip_control.adapt import moved, reidentify
-    from rip_learner import identify
+    from rip_control.adapt import reidentify
 
     run = _stuck_run(tmp_path)
     truth = PendulumParams.from_yaml(STUCK)
     first = tmp_path / 'first.yaml'
     start = replace(truth, motor_dead_zone_v=0.0) if wrong else truth
     first.write_text(yaml.safe_dump({'rig': asdict(start)}))
-    opts = {**defaults(identify.OPTIONS), 'rate_hz': 50.0, 'generations': 8, 'restarts': 0}
-    opts.update(plot=False)
+    # The first identification's options (the program's defaults for the rest), shortened.
+    opts = {'rate_hz': 50.0, 'generations': 8, 'restarts': 0, 'plot': False}
     lines: list[str] = []
-    result, out = reidentify(run, opts, first, log=lines.append)
+    found, out = reidentify(run, opts, first, log=lines.append)
     assert out == run / run_files.REIDENTIFIED_RIG and out.exists()
+    assert yaml.safe_load(out.read_text())['identification'] == found
     assert any('2_candidate' in line and 'replay buffers' in line for line in lines), lines
     # Every record of both: the excitation (20 s) and the baseline's and candidate's episodes.
-    assert result.seconds_of_data == pytest.approx(ExcitationDesign().duration_s + 20.0)
-    shifted = moved(result.estimates)
+    assert found['seconds_of_data'] == pytest.approx(ExcitationDesign().duration_s + 20.0)
+    shifted = found['moved']
     if wrong:
         assert list(shifted) == ['motor_dead_zone_v'], shifted
         assert shifted['motor_dead_zone_v']['from'] == 0.0
         assert abs(shifted['motor_dead_zone_v']['to'] - 1.2) < 0.1, shifted
     else:
         assert shifted == {}, shifted
-
-
-class _Found:
-    """What reidentify returns, as far as _again reads it."""
-
-    def __init__(self, estimates: list) -> None:
-        self.estimates = estimates
-
-    def summary(self) -> dict:
-        identified = {e.name: {'value': e.value} for e in self.estimates}
-        return {'identified': identified, 'seconds_of_data': 120.0, 'wall_s': 1.0}
 
 
 @pytest.mark.parametrize('case', ['moved', 'still', 'no_room', 'kept_start'])
@@ -186,16 +175,21 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
     of them run, with what, and the verdict against the deployment of what goes on.
     """
     from rip_control import adapt
-    from rip_learner.identify import Estimate
 
-    dead_zone = Estimate('motor_dead_zone_v', 0.0, 1.2 if case != 'still' else 0.05, 0.01, True)
-    friction = Estimate('arm_coulomb_friction_nm', 0.008, 0.0081, 1e-4, True)
+    # What the identification moved (which it decides: the test above).
+    moved = {'motor_dead_zone_v': {'from': 0.0, 'to': 1.2, 'tolerance': 0.1}}
+    found = {
+        'fitted': {'motor_dead_zone_v': {'value': 1.2 if case != 'still' else 0.05}},
+        'moved': moved if case != 'still' else {},
+        'seconds_of_data': 120.0,
+        'wall_s': 1.0,
+    }
     calls: list[tuple] = []
     monkeypatch.setattr(
         adapt,
         'reidentify',
         lambda run_dir, opts, first, log: (
-            calls.append(('identify', first)) or _Found([dead_zone, friction]),
+            calls.append(('identify', first)) or found,
             run_dir / run_files.REIDENTIFIED_RIG,
         ),
     )
@@ -231,7 +225,7 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
     if case == 'still':
         assert calls[1:] == [] and done['moved'] == {} and done['candidate'] is None, done
         return
-    assert list(done['moved']) == ['motor_dead_zone_v']  # friction moved within its resolution
+    assert list(done['moved']) == ['motor_dead_zone_v']
     again = loop.run_dir / run_files.REIDENTIFIED_RIG
     warm = loop.run_dir / adapt.PHASES[1] / run_files.POLICY
     assert calls[1] == (adapt.AGAIN[0], again, warm, 2)
@@ -280,11 +274,6 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
     assert worse['verdict'] == 'rejected' and 'below the bar' in worse['candidate']['reason']
 
 
-class _Identified:
-    def summary(self) -> dict:
-        return {'identified': {}, 'seconds_of_data': 25.0, 'wall_s': 1.0}
-
-
 @pytest.mark.parametrize(
     ('first', 'second'),
     [
@@ -305,7 +294,6 @@ def test_the_fine_tune_starts_from_what_the_guard_promoted_and_from_nothing_else
     """
     from rip_control import adapt
     from rip_control.run_files import packaged_policy
-    from rip_learner import identify
 
     prior = packaged_policy(50.0)
     base, good, bad = (
@@ -336,7 +324,7 @@ def test_the_fine_tune_starts_from_what_the_guard_promoted_and_from_nothing_else
         return {}  # no episode fitted: what goes on is the result
 
     monkeypatch.setattr(Adapt, 'deploy', deploy)
-    monkeypatch.setattr(identify, 'run', lambda opts, log: (_Identified(), None))
+    monkeypatch.setattr(adapt, 'identify', lambda opts, log: {'fitted': {}})
     monkeypatch.setattr(
         adapt,
         '_retrain',

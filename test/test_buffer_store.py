@@ -10,8 +10,9 @@ import time
 import numpy as np
 import pytest
 
+from rip_control import buffer_file
+from rip_control.buffer_file import BufferMeta, BufferRejected
 from rip_learner import buffer_store
-from rip_learner.buffer_store import BufferMeta, BufferRejected
 
 OBS, ACT = 6, 1
 
@@ -33,12 +34,12 @@ def _arrays(n, seed=0):
 
 def _save(path, n=100, rate=50.0, seed=0, version=7):
     arrays = _arrays(n, seed)
-    buffer_store.save(path, arrays, BufferMeta(rate, OBS, ACT, n, policy_version=version))
+    buffer_file.save(path, arrays, BufferMeta(rate, OBS, ACT, n, policy_version=version))
     return arrays
 
 
 def _load(path, rate=50.0):
-    return buffer_store.load(path, rate_hz=rate, obs_size=OBS, action_size=ACT)
+    return buffer_file.load(path, rate_hz=rate, obs_size=OBS, action_size=ACT)
 
 
 def test_round_trip_keeps_every_field_and_the_tags(tmp_path):
@@ -47,9 +48,9 @@ def test_round_trip_keeps_every_field_and_the_tags(tmp_path):
     loaded, meta = _load(path)
     assert meta == BufferMeta(50.0, OBS, ACT, 100, 7)
     # The provenance of transitions of unknown origin, and a save's id, round trip too.
-    buffer_store.save(path, arrays, BufferMeta(50.0, OBS, ACT, 100, 7, 'save-1'))
+    buffer_file.save(path, arrays, BufferMeta(50.0, OBS, ACT, 100, 7, 'save-1'))
     assert _load(path)[1].generation == 'save-1'
-    for name in buffer_store.FIELDS:
+    for name in buffer_file.FIELDS:
         np.testing.assert_array_equal(loaded[name], arrays[name])
 
 
@@ -93,7 +94,7 @@ def test_missing_file_and_other_sizes_are_refused_clearly(tmp_path):
     path = tmp_path / 'b.safetensors'
     _save(path)
     with pytest.raises(BufferRejected, match='obs/action sizes 6/1'):
-        buffer_store.load(path, rate_hz=50.0, obs_size=5, action_size=1)
+        buffer_file.load(path, rate_hz=50.0, obs_size=5, action_size=1)
 
 
 def test_sb3_buffer_extract_and_insert_round_trip_in_order():
@@ -150,7 +151,7 @@ def test_a_kill_during_save_leaves_the_previous_buffer_intact_and_the_next_save_
         assert meta.count == n
         # ...but exactly one complete save: the first one or one of a killed child's.
         expected = _arrays(n, seed=meta.policy_version)
-        for name in buffer_store.FIELDS:
+        for name in buffer_file.FIELDS:
             np.testing.assert_array_equal(arrays[name], expected[name])
     # The next save is not confused by what the killed writers left: it completes, and it
     # removes their temp files (a learner killed now and then would otherwise fill the disk).
@@ -199,16 +200,16 @@ def test_a_version_2_file_whose_checksum_covers_only_its_arrays_still_loads(tmp_
     from safetensors.numpy import save
 
     path = tmp_path / 'b.safetensors'
-    arrays = {**_arrays(10), **buffer_store.unknown_provenance(10)}
+    arrays = {**_arrays(10), **buffer_file.unknown_provenance(10)}
     md = {
-        'format': buffer_store.FORMAT,
+        'format': buffer_file.FORMAT,
         'format_version': '2',
         'rate_hz': '50.0',
         'obs_size': str(OBS),
         'action_size': str(ACT),
         'count': '10',
         'policy_version': '3',
-        'sha256': buffer_store._digest(arrays),
+        'sha256': buffer_file._digest(arrays),
     }
     path.write_bytes(save(arrays, metadata=md))
     loaded, meta = _load(path)
@@ -242,6 +243,6 @@ def _with(arrays, name, row, value):
 def test_values_no_rig_of_the_task_could_store_are_refused_by_name(tmp_path, change, message):
     path = tmp_path / 'b.safetensors'
     arrays = change(_arrays(20))
-    buffer_store.save(path, arrays, BufferMeta(50.0, OBS, ACT, 20))
+    buffer_file.save(path, arrays, BufferMeta(50.0, OBS, ACT, 20))
     with pytest.raises(BufferRejected, match=message):
         _load(path)

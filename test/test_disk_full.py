@@ -83,10 +83,9 @@ def test_the_learner_goes_on_when_its_checkpoint_does_not_fit_and_says_so(tmp_pa
     """
     from conftest import LEARNER_TEST_PARAMETERS
 
-    from rip_control import run_files
+    from rip_control import buffer_file, run_files
     from rip_control.policy import read_metadata
     from rip_control.run.launching import ProcessSpec
-    from rip_learner import buffer_store
 
     runs = tmp_path / 'runs'
     params = {**LEARNER_TEST_PARAMETERS, 'run_name': 'full', 'runs_dir': str(runs)}
@@ -129,7 +128,7 @@ def test_the_learner_goes_on_when_its_checkpoint_does_not_fit_and_says_so(tmp_pa
     assert 'Traceback' not in out, out
     run = runs / 'full'
     # The last whole save: buffer and actor of one generation; no networks; no temp files.
-    _, meta = buffer_store.load(
+    _, meta = buffer_file.load(
         run / run_files.BUFFER, rate_hz=50.0, obs_size=None, action_size=None
     )
     actor_meta = read_metadata((run / run_files.POLICY_LATEST).read_bytes())

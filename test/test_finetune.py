@@ -17,11 +17,10 @@ from ros2_cli import argv
 from tick_rate import rate_but_the_longest_tick
 import yaml
 
-from rip_control import run_files
+from rip_control import buffer_file, run_files
 from rip_control.policy import load_actor_file
 from rip_control.procs import child_env
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
-from rip_learner import buffer_store
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent
@@ -123,7 +122,7 @@ def test_a_serial_stall_is_ridden_out_and_the_run_finishes_its_owed_episodes(tmp
     assert ticks['n_ticks'] < training[1] + training[2], (ticks, training)
     assert ticks['n_ticks_earlier_activations'] > training[0] + training[1], (ticks, training)
     assert ticks['n_ticks'] > training[2], ticks  # the second's: the owed episode at least
-    _, meta = buffer_store.load(
+    _, meta = buffer_file.load(
         run / run_files.BUFFER, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
     )
     assert meta.count == s['transitions_published'] > 0, s
@@ -160,7 +159,7 @@ def test_v4_short_finetune_holds_rate_learns_and_resumes(tmp_path):
         'policy_best.safetensors',
     ):
         assert (run / name).exists(), name
-    _, meta = buffer_store.load(
+    _, meta = buffer_file.load(
         run / 'replay_buffer.safetensors', rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
     )
     assert meta.count == s['transitions_published'] > 0  # every one, none lost in flight
@@ -181,7 +180,7 @@ def test_v4_short_finetune_holds_rate_learns_and_resumes(tmp_path):
     assert s2['episodes'] >= 1 and s2['episodes'] + len(s2['evaluations']) >= 2, s2
     # ...and a second one from the first one's best-evaluated policy (critics beside it).
     assert s2['policy'] == str(run / 'policy_best.safetensors')
-    _, meta2 = buffer_store.load(
+    _, meta2 = buffer_file.load(
         run / 'replay_buffer.safetensors', rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
     )
     assert meta2.count == meta.count + s2['transitions_published']
@@ -345,7 +344,7 @@ def test_learner_killed_mid_run_control_keeps_rate_on_the_last_policy_and_a_rest
     # (SIGSTOP), the learner writes and publishes nothing while the two are compared.
     for _ in range(20):
         proc.send_signal(signal.SIGSTOP)
-        ckpt_version = buffer_store.load(
+        ckpt_version = buffer_file.load(
             ckpt, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
         )[1].policy_version
         reported = len(diag.values)
@@ -360,7 +359,7 @@ def test_learner_killed_mid_run_control_keeps_rate_on_the_last_policy_and_a_rest
     proc.wait(timeout=10)
     t_kill = time.monotonic()
     # What the dead learner left: its last checkpoint, which nothing changes now.
-    _, saved = buffer_store.load(ckpt, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+    _, saved = buffer_file.load(ckpt, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
     saved_actor = _actor_in_checkpoint(load_file(run_dir / run_files.CHECKPOINT))
     killed_at = len(diag.values)
     assert _spin_until(ros_node, lambda: len(diag.values) >= killed_at + 2, 5)
@@ -533,7 +532,7 @@ def test_stopping_the_runner_turns_the_motor_off_then_stops_the_learner_then_the
     whats = [what for _, what in after]
     assert whats and whats[-1] == 'powered down', whats  # the emulator stopped last, cleanly
     t_down = after[-1][0]
-    _, meta = buffer_store.load(
+    _, meta = buffer_file.load(
         tmp_path / 'runs' / 'stop' / 'replay_buffer.safetensors',
         rate_hz=50.0,
         obs_size=OBS_SIZE,
@@ -575,7 +574,7 @@ def test_two_rigs_feed_one_learner_and_both_get_its_weights(tmp_path):
         # version on it (whether that one went on to drive is the guard's call).
         seen = [e['policy_version'] for e in r['evaluations']] + r['policy_versions']
         assert max(seen) > r['policy_versions'][0], (r['policy_versions'], r['evaluations'])
-    _, meta = buffer_store.load(
+    _, meta = buffer_file.load(
         run / 'replay_buffer.safetensors', rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
     )
     # One buffer holds every transition both rigs published: 3 training episodes and the
@@ -671,7 +670,7 @@ def test_an_operators_deactivate_ends_the_run_as_a_stop_motor_off_buffer_saved(t
     # The motor went off at the operator's command, by the node, before the emulator stopped.
     whats = [what for t, what in _emulator_events(events) if t >= t0]
     assert whats == ['disengaged command', 'powered down'], whats
-    _, meta = buffer_store.load(
+    _, meta = buffer_file.load(
         tmp_path / 'runs' / 'operator' / 'replay_buffer.safetensors',
         rate_hz=50.0,
         obs_size=OBS_SIZE,

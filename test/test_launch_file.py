@@ -22,8 +22,8 @@ import time
 import pytest
 from ros2_cli import argv, require_launch, sourced_env
 
+from rip_control import buffer_file
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
-from rip_learner import buffer_store
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -159,7 +159,7 @@ def _published(launch: Launch) -> tuple[int, int, int]:
 
 
 def _buffer_count(path: Path) -> int:
-    _, meta = buffer_store.load(path, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+    _, meta = buffer_file.load(path, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
     return meta.count
 
 

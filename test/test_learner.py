@@ -9,12 +9,12 @@ import pytest
 import rclpy
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension, UInt8MultiArray
 
+from rip_control import buffer_file
+from rip_control.buffer_file import BufferMeta
 from rip_control.policy import PolicyMeta, decode_actor, encode_actor, random_actor
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.ros.qos import TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.transitions import Transition, field_layout, run_tagged
-from rip_learner import buffer_store
-from rip_learner.buffer_store import BufferMeta
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -67,7 +67,7 @@ def _one_save(run_dir):
     from rip_control import run_files
     from rip_control.policy import read_metadata
 
-    _, meta = buffer_store.load(
+    _, meta = buffer_file.load(
         run_dir / run_files.BUFFER, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
     )
     ids = {
@@ -148,7 +148,7 @@ def test_learner_checks_transitions_trains_publishes_and_saves_on_sigint(
             ros_node.destroy_subscription(sub)
         ros_node.destroy_publisher(pub)
     assert code == 0, out
-    arrays, meta = buffer_store.load(
+    arrays, meta = buffer_file.load(
         tmp_path / 'runs' / 'r' / 'replay_buffer.safetensors',
         rate_hz=50.0,
         obs_size=OBS_SIZE,
@@ -162,7 +162,7 @@ def test_learner_checks_transitions_trains_publishes_and_saves_on_sigint(
 def test_learner_refuses_a_buffer_from_another_rate_naming_both(tmp_path, learner_process):
     path = tmp_path / 'b100.safetensors'
     arrays = _zeros(10)
-    buffer_store.save(path, arrays, BufferMeta(100.0, OBS_SIZE, ACTION_SIZE, 10))
+    buffer_file.save(path, arrays, BufferMeta(100.0, OBS_SIZE, ACTION_SIZE, 10))
     before = path.read_bytes()
     proc, _ = learner_process(run_name='r', resume_buffer=str(path))
     out, _ = proc.communicate(timeout=60)
@@ -177,7 +177,7 @@ def test_learner_refuses_a_corrupt_buffer_and_overwrites_nothing(tmp_path, learn
     run_dir.mkdir(parents=True)
     path = run_dir / 'replay_buffer.safetensors'
     arrays = _zeros(10, fill=1.0)
-    buffer_store.save(path, arrays, BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, 10))
+    buffer_file.save(path, arrays, BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, 10))
     data = bytearray(path.read_bytes())
     data[-7] ^= 0xFF
     path.write_bytes(bytes(data))
@@ -204,7 +204,7 @@ def test_learner_refuses_a_run_folder_whose_buffer_it_would_overwrite(tmp_path, 
     run_dir = tmp_path / 'runs' / 'r'
     run_dir.mkdir(parents=True)
     earlier = run_dir / 'replay_buffer.safetensors'
-    buffer_store.save(earlier, _zeros(10), BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, 10))
+    buffer_file.save(earlier, _zeros(10), BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, 10))
     before = earlier.read_bytes()
     proc, _ = learner_process(run_name='r')  # not continuing it
     out, _ = proc.communicate(timeout=60)
@@ -222,7 +222,7 @@ def test_a_signal_saves_the_buffer_and_exits_0_waiting_or_training(
     run_dir = tmp_path / 'runs' / 'r'
     run_dir.mkdir(parents=True)
     path = run_dir / 'replay_buffer.safetensors'
-    buffer_store.save(path, _zeros(40, fill=0.5), BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, 40))
+    buffer_file.save(path, _zeros(40, fill=0.5), BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, 40))
     proc, name = learner_process(run_name='r', resume_buffer=str(path), learning_starts=500)
     diags = []
     ds = ros_node.create_subscription(
@@ -257,7 +257,7 @@ def test_a_signal_saves_the_buffer_and_exits_0_waiting_or_training(
         ros_node.destroy_publisher(pub)
     assert code == 0, out
     assert 'Traceback' not in out, out[-2000:]
-    _, meta = buffer_store.load(path, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
+    _, meta = buffer_file.load(path, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE)
     assert meta.count == 40 + sent
     # The actor and the SAC networks too, in the same save (no periodic one: the fixture's
     # checkpoint interval is an hour).
@@ -330,7 +330,7 @@ def test_a_failed_training_thread_reports_error_saves_and_exits_1(
     assert statuses[-1].message.startswith('training failed: RuntimeError: injected')
     assert proc.returncode == 1, out
     # What it had received is saved on the way out.
-    _, meta = buffer_store.load(
+    _, meta = buffer_file.load(
         tmp_path / 'runs' / 'f' / 'replay_buffer.safetensors',
         rate_hz=50.0,
         obs_size=OBS_SIZE,

@@ -104,9 +104,8 @@ def test_a_second_ctrl_c_during_the_ordered_stop_does_not_abort_it(tmp_path):
     import json
     import re
 
-    from rip_control import run_files
+    from rip_control import buffer_file, run_files
     from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
-    from rip_learner import buffer_store
 
     events = tmp_path / 'emulator_events'  # the emulator appends '<EVENT> <t> <what>' lines
     runner = Runner(
@@ -146,7 +145,7 @@ def test_a_second_ctrl_c_during_the_ordered_stop_does_not_abort_it(tmp_path):
         if (m := re.search(r'checkpoint: (\d+) transitions', line))
     ]
     assert saves and saves[-1][0] > interrupted, runner.text
-    _, meta = buffer_store.load(
+    _, meta = buffer_file.load(
         run_dir / run_files.BUFFER, rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
     )
     assert meta.count == saves[-1][1] > 0

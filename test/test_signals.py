@@ -289,9 +289,9 @@ def test_the_control_node_exits_0_whenever_a_signal_comes():
 def test_the_learner_saves_what_it_loaded_whenever_a_signal_comes(tmp_path):
     import numpy as np
 
+    from rip_control import buffer_file
+    from rip_control.buffer_file import BufferMeta
     from rip_control.run.launching import ProcessSpec
-    from rip_learner import buffer_store
-    from rip_learner.buffer_store import BufferMeta
 
     n = 40
     resumed = tmp_path / 'earlier' / 'replay_buffer.safetensors'
@@ -303,7 +303,7 @@ def test_the_learner_saves_what_it_loaded_whenever_a_signal_comes(tmp_path):
         'dones': np.zeros(n, np.float32),
         'timeouts': np.zeros(n, np.float32),
     }
-    buffer_store.save(resumed, arrays, BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, n))
+    buffer_file.save(resumed, arrays, BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, n))
     runs = tmp_path / 'runs'
     params = {'rate_hz': 50.0, 'runs_dir': str(runs), 'resume_buffer': str(resumed), 'nice': 0}
     specs = [
@@ -321,7 +321,7 @@ def test_the_learner_saves_what_it_loaded_whenever_a_signal_comes(tmp_path):
     _assert_clean(stopped, 0, 'learner process:')
     for i, s in enumerate(stopped):
         run_dir = runs / f'r{i}'
-        got, meta = buffer_store.load(
+        got, meta = buffer_file.load(
             run_dir / 'replay_buffer.safetensors',
             rate_hz=50.0,
             obs_size=OBS_SIZE,

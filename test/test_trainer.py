@@ -98,8 +98,8 @@ def test_critic_warmup_leaves_the_actor_alone_then_trains_it(tmp_path: Path) -> 
 
 
 def test_prior_data_fills_its_share_of_every_batch(tmp_path: Path) -> None:
-    from rip_learner import buffer_store
-    from rip_learner.buffer_store import BufferMeta
+    from rip_control import buffer_file
+    from rip_control.buffer_file import BufferMeta
 
     n = 100
     prior = {
@@ -112,7 +112,7 @@ def test_prior_data_fills_its_share_of_every_batch(tmp_path: Path) -> None:
         'timeouts': np.ones(n, np.float32),  # truncated, not terminal: bootstraps
     }
     path = tmp_path / 'prior.safetensors'
-    buffer_store.save(path, prior, BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, n))
+    buffer_file.save(path, prior, BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, n))
     lines: list[str] = []
     tr = Trainer(_settings(tmp_path, True, prior_data=str(path), prior_ratio=0.25), lines.append)
     tr.load_prior_data()
@@ -127,8 +127,8 @@ def test_prior_data_fills_its_share_of_every_batch(tmp_path: Path) -> None:
 
 
 def test_prior_data_from_another_rate_is_refused_by_name(tmp_path: Path) -> None:
-    from rip_learner import buffer_store
-    from rip_learner.buffer_store import BufferMeta
+    from rip_control import buffer_file
+    from rip_control.buffer_file import BufferMeta
     from rip_learner.learner_settings import LearnerConfigError
 
     z = np.zeros
@@ -141,7 +141,7 @@ def test_prior_data_from_another_rate_is_refused_by_name(tmp_path: Path) -> None
         'timeouts': z(4, np.float32),
     }
     path = tmp_path / 'prior100.safetensors'
-    buffer_store.save(path, arrays, BufferMeta(100.0, OBS_SIZE, ACTION_SIZE, 4))
+    buffer_file.save(path, arrays, BufferMeta(100.0, OBS_SIZE, ACTION_SIZE, 4))
     tr = Trainer(_settings(tmp_path, True, prior_data=str(path)), print)
     with pytest.raises(LearnerConfigError, match='prior_data refused.*100'):
         tr.load_prior_data()
@@ -220,8 +220,8 @@ def test_device_auto_takes_the_cpu_here_and_cuda_without_a_gpu_is_refused() -> N
 
 
 def test_prior_data_loaded_after_the_reference_keeps_it(tmp_path: Path) -> None:
-    from rip_learner import buffer_store
-    from rip_learner.buffer_store import BufferMeta
+    from rip_control import buffer_file
+    from rip_control.buffer_file import BufferMeta
 
     arrays = {
         'observations': np.zeros((4, OBS_SIZE), np.float32),
@@ -232,7 +232,7 @@ def test_prior_data_loaded_after_the_reference_keeps_it(tmp_path: Path) -> None:
         'timeouts': np.zeros(4, np.float32),
     }
     path = tmp_path / 'prior.safetensors'
-    buffer_store.save(path, arrays, BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, 4))
+    buffer_file.save(path, arrays, BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, 4))
     settings = _settings(
         tmp_path, True, smoothness=1.0, smoothness_reference='initial', prior_data=str(path)
     )
@@ -256,12 +256,12 @@ def _buffer(n: int) -> dict:
 
 
 def test_a_buffer_larger_than_buffer_size_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
-    from rip_learner import buffer_store
-    from rip_learner.buffer_store import BufferMeta
+    from rip_control import buffer_file
+    from rip_control.buffer_file import BufferMeta
     from rip_learner.learner_settings import LearnerConfigError
 
     path = tmp_path / 'replay_buffer.safetensors'
-    buffer_store.save(path, _buffer(1001), BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, 1001))
+    buffer_file.save(path, _buffer(1001), BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, 1001))
     before = path.read_bytes()
     tr = Trainer(_settings(tmp_path, True, resume_buffer=str(path)), print)  # buffer_size 1000
     with pytest.raises(LearnerConfigError, match='holds 1001 transitions, more than buffer_size'):
@@ -274,8 +274,8 @@ def test_resume_refuses_a_checkpoint_of_another_save_and_non_finite_networks(
 ) -> None:
     from safetensors.numpy import load, save
 
+    from rip_control import buffer_file
     from rip_control.policy import read_metadata
-    from rip_learner import buffer_store
     from rip_learner.learner_settings import LearnerConfigError
 
     first = Trainer(_settings(tmp_path, True), print)
@@ -294,24 +294,24 @@ def test_resume_refuses_a_checkpoint_of_another_save_and_non_finite_networks(
 
     # The next save stopped after its buffer: the checkpoint is the save before, and the
     # buffer says so: taken, and said.
-    arrays, meta = buffer_store.load(buffer, rate_hz=50.0, obs_size=None, action_size=None)
-    newer = buffer_store.BufferMeta(
+    arrays, meta = buffer_file.load(buffer, rate_hz=50.0, obs_size=None, action_size=None)
+    newer = buffer_file.BufferMeta(
         50.0, OBS_SIZE, ACTION_SIZE, meta.count, 9, 'next-save', generation
     )
-    buffer_store.save(buffer, arrays, newer)
+    buffer_file.save(buffer, arrays, newer)
     lines.clear()
     Trainer(_settings(tmp_path, True, resume_buffer=str(buffer)), lines.append).resume()
     assert any('the networks are one save older than the buffer' in x for x in lines), lines
     assert 'and the SAC networks from' in lines[-1]
     # A checkpoint of neither that save nor the one before: not a set one learner wrote.
-    stranger = buffer_store.BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, meta.count, 9, 'next', 'x')
-    buffer_store.save(buffer, arrays, stranger)
+    stranger = buffer_file.BufferMeta(50.0, OBS_SIZE, ACTION_SIZE, meta.count, 9, 'next', 'x')
+    buffer_file.save(buffer, arrays, stranger)
     mixed = Trainer(_settings(tmp_path, True, resume_buffer=str(buffer)), print)
     with pytest.raises(LearnerConfigError, match=f'from save {generation} but .* from save next'):
         mixed.resume()
 
     # A consistent set whose networks hold a NaN.
-    buffer_store.save(buffer, arrays, meta)
+    buffer_file.save(buffer, arrays, meta)
     tensors = load(saved)
     name = sorted(tensors)[0]
     tensors[name] = np.full_like(tensors[name], np.nan)

@@ -34,6 +34,8 @@ EXECUTABLES = {
     'control_node': 'rip_control.ros.control_node',
     'learner_node': 'rip_learner.learner_node',
     'rig_emulator': 'rip_control.rig.emulator',
+    'identify': 'rip_learner.identify',
+    'pretrain': 'rip_learner.pretrain',
 }
 
 
@@ -407,7 +409,7 @@ def plan(
         control['action_history'] = learner['action_history'] = k
     preflight(control, learner, values, ports, learn)
     if learn:  # refused here, before anything starts, as the learner itself would refuse it
-        from rip_learner.buffer_store import check_run_dir_is_free
+        from rip_control.buffer_file import check_run_dir_is_free
 
         check_run_dir_is_free(run_dir, str(learner.get('resume_buffer') or ''))
     else:
@@ -596,7 +598,7 @@ def preflight(
             raise ValueError(f'{name}:={path}: {exc}{hint}') from None
     resume = str(learner.get('resume_buffer') or '') if learn else ''
     if resume:
-        from rip_learner.buffer_store import BufferRejected, load
+        from rip_control.buffer_file import BufferRejected, load
 
         try:  # the learner's own checks: format, checksum, rate, sizes, finite values
             load(resume, rate_hz=rate_hz, obs_size=obs_size(k), action_size=ACTION_SIZE)

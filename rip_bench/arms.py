@@ -17,10 +17,10 @@ def arm_parameters(a: argparse.Namespace, runs: Path) -> tuple[Path, dict[str, A
     """The parameter file both arms run with, written into ``runs``; and its learner section."""
     import yaml
 
-    from rip_control.run.launching import CONTROL, LEARNER, node_parameters
+    from rip_control.run.launching import CONTROL, LEARNER, RunnerInput
 
     given = {'params_file': a.params_file} if a.params_file else {}
-    params = node_parameters(given)  # the shipped defaults, and the file over them
+    params = RunnerInput.parse(given).nodes  # the shipped defaults, and the file over them
     doc = {node: {'ros__parameters': params[node]} for node in (CONTROL, LEARNER)}
     control = doc[CONTROL]['ros__parameters']
     learner = doc[LEARNER]['ros__parameters']

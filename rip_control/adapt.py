@@ -146,7 +146,7 @@ def launch_argv(runner_given: dict[str, str], own_given: dict[str, str]) -> list
     Every argument the user typed (a value other than the launch file's default), the
     runner's and adapt's own. A bad one is refused here, naming it, before any process starts.
     """
-    from rip_control.run.launching import LAUNCH_ARGUMENT_BY_NAME, node_parameters
+    from rip_control.run.launching import LAUNCH_ARGUMENT_BY_NAME, RunnerInput
 
     argv = [
         f'{name}:={value}'
@@ -155,7 +155,7 @@ def launch_argv(runner_given: dict[str, str], own_given: dict[str, str]) -> list
     ]
     argv += [f'{name}:={value}' for name, value in own_given.items() if value != '']
     _, runner = split_arguments(argv)
-    node_parameters(runner)  # every runner argument typed and range-checked, the file too
+    RunnerInput.parse(runner)  # every runner argument typed and range-checked, the file too
     return argv
 
 
@@ -219,7 +219,7 @@ class Adapt:
     """
 
     def __init__(self, own: dict[str, Any], runner: dict[str, str], stream: bool) -> None:
-        from rip_control.run.launching import CONTROL, launch_values, node_parameters
+        from rip_control.run.launching import CONTROL, RunnerInput
 
         self.own, self.runner, self.stream = own, runner, stream
         for name in OWN_BY_THE_LOOP:
@@ -228,8 +228,9 @@ class Adapt:
                     f'{name}:={runner[name]}: adapt sets it for each phase (the budget is '
                     'rig_minutes:=, the deployments deployment_episodes:=)'
                 )
-        launch_values(runner)  # refuses an unknown argument or a bad value, by name
-        self.control = node_parameters(runner)[CONTROL]  # typed, the params file included
+        # The user's input, parsed once: an unknown argument or a bad value refused by name.
+        self.input = RunnerInput.parse(runner)
+        self.control = self.input.nodes[CONTROL]  # typed, the params file included
         self.rate = float(self.control['rate_hz'])
         self.name = str(self.control['run_name'])
         self.run_dir = Path(str(self.control['runs_dir'])) / self.name
@@ -538,11 +539,11 @@ def _differences(a: Adapt, record: dict[str, Any]) -> list[str]:
     Adapt's options, the launch values and both nodes' parameters (the params file's
     included), each made from the recorded arguments and from the given ones.
     """
-    from rip_control.run.launching import launch_values, node_parameters
+    from rip_control.run.launching import RunnerInput
 
     def values(typed: dict[str, str]) -> dict[str, Any]:
-        nodes = node_parameters(typed)
-        return {**launch_values(typed), **{k: v for n in nodes.values() for k, v in n.items()}}
+        inp = RunnerInput.parse(typed)
+        return {**inp.values, **{k: v for n in inp.nodes.values() for k, v in n.items()}}
 
     recorded = {**record.get('options', {}), **values(record.get('typed_arguments', {}))}
     recorded.update(rate_hz=record.get('rate_hz'), seed=record.get('seed'))
@@ -694,10 +695,10 @@ def _loop(
 def _action_histories(a: Adapt, prior: Path) -> tuple[int, int]:
     """The prior's ``action_history`` and the re-trainings' (the user's, if typed)."""
     from rip_control.params import PRETRAIN_ACTION_HISTORY
-    from rip_control.run.launching import launch_values, recorded_action_history, set_by_user
+    from rip_control.run.launching import recorded_action_history
 
     k_prior = recorded_action_history(str(prior), 0)
-    if set_by_user(a.runner, launch_values(a.runner), 'action_history'):
+    if a.input.set_by_user('action_history'):
         return k_prior, int(a.control['action_history'])  # the user's, for every phase
     # new pre-trainings' default; a warm start cannot take inputs away
     return k_prior, max(k_prior, int(PRETRAIN_ACTION_HISTORY.default))
@@ -1159,15 +1160,12 @@ def _guard_settings(a: Adapt) -> dict[str, Any]:
 
     Each setting the user's where typed (the params file included).
     """
-    from rip_control.run.launching import launch_values, set_by_user
-
-    values = launch_values(a.runner)
     ours = {
         'eval_episodes': FINETUNE_EVAL_EPISODES,
         'eval_episode_seconds': a.own['deployment_episode_seconds'],
     }
     return {
-        name: a.control[name] if set_by_user(a.runner, values, name) else value
+        name: a.control[name] if a.input.set_by_user(name) else value
         for name, value in ours.items()
     }
 

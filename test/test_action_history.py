@@ -118,9 +118,9 @@ def test_a_policy_file_records_its_k_and_a_loader_with_another_refuses_it_naming
 
 def test_the_runner_gives_both_nodes_one_k_and_refuses_a_policy_or_file_that_differs(tmp_path):
     from rip_control.run import launching
-    from rip_control.run.launching import CONTROL, LEARNER, node_parameters
+    from rip_control.run.launching import CONTROL, LEARNER, RunnerInput
 
-    params = node_parameters({'action_history': '2'})
+    params = RunnerInput.parse({'action_history': '2'}).nodes
     assert params[CONTROL]['action_history'] == params[LEARNER]['action_history'] == 2
     # The shipped policy (k = 0) under action_history:=2: refused before anything starts.
     with pytest.raises(ValueError) as err:

@@ -13,7 +13,7 @@ from rip_control.run.launching import (
     CONTROL,
     LAUNCH_ARGUMENTS,
     LEARNER,
-    node_parameters,
+    RunnerInput,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,7 +68,7 @@ def test_runner_plan_has_the_launch_files_executables_and_parameters():
     launched = {s.executable for s in specs} | {'finetune_supervisor', 'adapt'}
     assert launched == _launch_executables()
     by = {s.label: s for s in specs}
-    params = node_parameters(args)
+    params = RunnerInput.parse(args).nodes
     for key, value in params[CONTROL].items():
         if key not in ('serial_port', 'policy', 'run_id'):  # resolved by the plan
             assert by['control'].params[key] == value
@@ -84,9 +84,27 @@ def test_runner_plan_has_the_launch_files_executables_and_parameters():
     assert '-p' in cmd and 'rate_hz:=50.0' in cmd and 'episodes:=3' in cmd
     assert "run_name:='2024'" in cmd  # quoted: rcl would read a bare 2024 as an integer
     # A value other than the default, spelled as a user types it.
-    params = node_parameters({'rate': '100'})
+    params = RunnerInput.parse({'rate': '100'}).nodes
     assert params[CONTROL]['rate_hz'] == params[LEARNER]['rate_hz'] == 100.0
     assert isinstance(params[CONTROL]['rate_hz'], float)
+
+
+def test_a_plan_reads_the_params_file_once_and_knows_what_the_user_set(tmp_path, monkeypatch):
+    """One parse of the input: the file read once, typed names and the file's both count."""
+    path = tmp_path / 'p.yaml'
+    path.write_text('rip_control:\n  ros__parameters:\n    episodes: 4\n')
+    reads: list[Path] = []
+    real = launching.read_params_file
+    monkeypatch.setattr(launching, 'read_params_file', lambda p: reads.append(p) or real(p))
+    args = {'params_file': str(path), 'seed': '3', 'run_name': '', 'runs_dir': str(tmp_path)}
+    specs, _ = launching.plan(args, pid=1)
+    assert reads == [path], reads
+    inp = RunnerInput.parse(args)
+    assert inp.set_by_user('seed') and inp.set_by_user('episodes')  # typed; in the file
+    assert not inp.set_by_user('run_name')  # typed empty: the launch file's "not given"
+    assert not inp.set_by_user('eval_episodes')
+    control = next(s for s in specs if s.label == 'control')
+    assert control.params['episodes'] == 4 and control.params['seed'] == 3
 
 
 def test_a_params_file_is_typed_by_the_table_and_unknown_keys_are_refused(tmp_path):
@@ -95,7 +113,7 @@ def test_a_params_file_is_typed_by_the_table_and_unknown_keys_are_refused(tmp_pa
         'rip_control:\n  ros__parameters:\n    max_action_v: 3\n    max_strikes: 4.0\n'
         'rip_learner:\n  ros__parameters:\n    learning_rate: 1\n    run_name: 2024\n'
     )
-    params = node_parameters({'params_file': str(path)})
+    params = RunnerInput.parse({'params_file': str(path)}).nodes
     assert params[CONTROL]['max_action_v'] == 3.0 and isinstance(
         params[CONTROL]['max_action_v'], float
     )
@@ -103,10 +121,10 @@ def test_a_params_file_is_typed_by_the_table_and_unknown_keys_are_refused(tmp_pa
     assert params[LEARNER]['learning_rate'] == 1.0
     path.write_text('rip_control:\n  ros__parameters:\n    max_strike: 4\n')
     with pytest.raises(ValueError, match=r'p.yaml.*max_strike.*did you mean max_strikes'):
-        node_parameters({'params_file': str(path)})
+        RunnerInput.parse({'params_file': str(path)})
     path.write_text('rip_control:\n  ros__parameters:\n    max_strikes: 2.5\n')
     with pytest.raises(ValueError, match=r'max_strikes: 2.5: expected an integer'):
-        node_parameters({'params_file': str(path)})
+        RunnerInput.parse({'params_file': str(path)})
 
 
 def test_a_params_file_value_stands_unless_the_argument_is_typed(tmp_path):
@@ -117,18 +135,20 @@ def test_a_params_file_value_stands_unless_the_argument_is_typed(tmp_path):
         'rip_learner:\n  ros__parameters:\n    gradient_steps: 8\n'
     )
     given = {'params_file': str(path)}
-    params = node_parameters(given)
+    params = RunnerInput.parse(given).nodes
     assert params[CONTROL]['episodes'] == 1 and params[CONTROL]['episode_seconds'] == 2.0
     assert params[CONTROL]['serial_port'] == '/dev/ttyACM0'
     assert params[LEARNER]['gradient_steps'] == 8
     # Typed, an argument wins; typed empty (the launch file's "not given"), it does not.
-    params = node_parameters({**given, 'episodes': '3', 'gradient_steps': '', 'rate': '50'})
+    params = RunnerInput.parse(
+        {**given, 'episodes': '3', 'gradient_steps': '', 'rate': '50'}
+    ).nodes
     assert params[CONTROL]['episodes'] == 3 and params[LEARNER]['gradient_steps'] == 8
     assert params[CONTROL]['rate_hz'] == params[LEARNER]['rate_hz'] == 50.0
     # No file: the table's defaults, which are what the product ships.
     from rip_control.params import CONTROL_PARAMETERS, LEARNER_PARAMETERS, defaults
 
-    assert node_parameters({}) == {
+    assert RunnerInput.parse({}).nodes == {
         CONTROL: defaults(CONTROL_PARAMETERS),
         LEARNER: defaults(LEARNER_PARAMETERS),
     }
@@ -140,7 +160,7 @@ def test_the_example_params_file_loads_and_names_only_declared_parameters():
     example = REPO / 'config' / 'finetune.yaml'
     text = example.read_text()
     assert set(yaml.safe_load(text)) == {CONTROL, LEARNER}
-    params = node_parameters({'params_file': str(example)})
+    params = RunnerInput.parse({'params_file': str(example)}).nodes
     assert params[CONTROL]['rate_hz'] == params[LEARNER]['rate_hz'] == 50.0
     # Its commented-out suggestions name parameters of the section they stand in, with values
     # the table takes: uncommented, each would load.
@@ -159,16 +179,16 @@ def test_a_params_file_section_no_node_reads_is_refused_by_name(tmp_path):
     path = tmp_path / 'typo.yaml'
     path.write_text('rip_contrl:\n  ros__parameters:\n    episodes: 1\n')
     with pytest.raises(ValueError, match=r"typo.yaml: 'rip_contrl' is not a node"):
-        node_parameters({'params_file': str(path)})
+        RunnerInput.parse({'params_file': str(path)})
 
 
 def test_unknown_or_malformed_arguments_are_refused_by_name():
     with pytest.raises(ValueError, match="argument 'rat' does not exist; did you mean rate"):
-        node_parameters({'rat': '50'})
+        RunnerInput.parse({'rat': '50'})
     with pytest.raises(ValueError, match=r'rate:=abc: expected a double'):
-        node_parameters({'rate': 'abc'})
+        RunnerInput.parse({'rate': 'abc'})
     with pytest.raises(ValueError, match=r'episodes:=2.5: expected an integer'):
-        node_parameters({'episodes': '2.5'})
+        RunnerInput.parse({'episodes': '2.5'})
     with pytest.raises(ValueError, match='episodes=3'):
         parse_args(['episodes=3'])
 

@@ -539,7 +539,7 @@ def test_the_readme_two_rig_launch_names_a_missing_port(install_prefix, tmp_path
 def test_the_readme_commands_parse_with_the_readme_spelling():
     """``rate:=50`` as the README writes it is the double the nodes declare."""
     from rip_control.adapt import LAUNCH_SWITCH, split_arguments
-    from rip_control.run.launching import node_parameters
+    from rip_control.run.launching import RunnerInput
 
     for command in readme_commands():
         words = shlex.split(command)
@@ -548,7 +548,7 @@ def test_the_readme_commands_parse_with_the_readme_spelling():
             if LAUNCH_SWITCH.convert(args.pop(LAUNCH_SWITCH.name, 'false')):
                 own, args = split_arguments([f'{k}:={v}' for k, v in args.items()])
                 assert all(isinstance(own[k], float) for k in ('rig_minutes', 'retrain_minutes'))
-            params = node_parameters(args)
+            params = RunnerInput.parse(args).nodes
             assert isinstance(params['rip_control']['rate_hz'], float)
 
 

@@ -157,18 +157,9 @@ class ControlNode(LifecycleNode):
             self.get_logger().error(f'configure failed: {exc}')
             return TransitionCallbackReturn.FAILURE
         rt = RtProcess(
-            task=s.task,
-            loop=s.loop,
-            serial_port=s.serial_port,
-            serial_timeout_s=s.serial_timeout_s,
+            s.rt_config(),
             actor=actor,
             transition_floats=sum(n for _, n in field_layout(s.task.obs_size, ACTION_SIZE)),
-            cpu=s.cpu,
-            fifo_priority=s.fifo_priority,
-            switch_interval_s=s.switch_interval_s,
-            gc_off=s.gc_off,
-            node_timeout_s=s.node_timeout_s,
-            cpu_idle_latency_us=s.cpu_idle_latency_us,
         )
         try:
             ready = rt.start()

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from rip_control.params import CONTROL_PARAMETERS, From, FromParams, Param
 from rip_control.rig.env import TaskConfig
 from rip_control.rt.loop import LoopConfig
+from rip_control.rt.process import RtConfig
 
 
 def _ints(value: Any) -> tuple[int, ...]:
@@ -95,3 +96,18 @@ class NodeSettings(FromParams):
     def cpu(self) -> int:
         """The CPU of the real-time process (``control_cpu`` -1: the last one allowed)."""
         return self.control_cpu if self.control_cpu >= 0 else max(os.sched_getaffinity(0))
+
+    def rt_config(self) -> RtConfig:
+        """What the real-time process runs with (:class:`~rip_control.rt.process.RtConfig`)."""
+        return RtConfig(
+            task=self.task,
+            loop=self.loop,
+            serial_port=self.serial_port,
+            serial_timeout_s=self.serial_timeout_s,
+            cpu=self.cpu,
+            fifo_priority=self.fifo_priority,
+            switch_interval_s=self.switch_interval_s,
+            gc_off=self.gc_off,
+            node_timeout_s=self.node_timeout_s,
+            cpu_idle_latency_us=self.cpu_idle_latency_us,
+        )

@@ -19,7 +19,6 @@ import time
 from typing import Any
 
 from rip_control.policy import NumpyActor, PolicyMeta, PolicyRejected
-from rip_control.rig.env import TaskConfig
 from rip_control.rt.channels import SharedMemory
 from rip_control.rt.link import (
     TICK_RECORD,
@@ -31,8 +30,7 @@ from rip_control.rt.link import (
     encode_weights,
     weights_bytes_needed,
 )
-from rip_control.rt.loop import LoopConfig
-from rip_control.rt.process import EXIT_NODE_LOST, EXIT_START_FAILED, SINGLE_THREAD_ENV
+from rip_control.rt.process import EXIT_NODE_LOST, EXIT_START_FAILED, SINGLE_THREAD_ENV, RtConfig
 
 _COMMAND_IDS = itertools.count(1)
 
@@ -60,56 +58,18 @@ def describe_exit(code: int | None) -> str:
 class RtProcess:
     """A real-time control process and the channels to it.
 
-    :param task: the task (rate, episode length, limits).
-    :param loop: the loop settings.
-    :param serial_port: the rig device the process opens.
-    :param serial_timeout_s: bound on one serial transaction.
+    :param config: what the process runs with.
     :param actor: the initial policy.
     :param transition_floats: length of a packed transition.
-    :param cpu: the CPU it is pinned to.
-    :param fifo_priority: its SCHED_FIFO priority (0: normal scheduling).
-    :param switch_interval_s: its Python switch interval.
-    :param gc_off: freeze and disable its garbage collector.
-    :param node_timeout_s: node silence after which it disengages and exits.
-    :param cpu_idle_latency_us: the idle exit latency it holds for every CPU while it runs
-        (-1: none; see :func:`rip_control.rt.realtime.hold_cpu_latency`).
     """
 
-    def __init__(
-        self,
-        *,
-        task: TaskConfig,
-        loop: LoopConfig,
-        serial_port: str,
-        serial_timeout_s: float,
-        actor: NumpyActor,
-        transition_floats: int,
-        cpu: int,
-        fifo_priority: int,
-        switch_interval_s: float,
-        gc_off: bool,
-        node_timeout_s: float,
-        cpu_idle_latency_us: int = -1,
-    ) -> None:
-        self.sizes = ChannelSizes.for_run(task.rate_hz, transition_floats, actor)
+    def __init__(self, config: RtConfig, *, actor: NumpyActor, transition_floats: int) -> None:
+        self.sizes = ChannelSizes.for_run(config.task.rate_hz, transition_floats, actor)
         self._shm = SharedMemory(RtChannels.bytes_needed(self.sizes))
         self.ch = RtChannels(self._shm.buf, self.sizes)
         self.weights_version = actor.version
         self.ch.weights.write(encode_weights(actor))
-        self._config = {
-            'task': asdict(task),
-            'loop': asdict(loop),
-            'serial_port': serial_port,
-            'serial_timeout_s': serial_timeout_s,
-            'cpu': cpu,
-            'fifo_priority': fifo_priority,
-            'switch_interval_s': switch_interval_s,
-            'gc_off': gc_off,
-            'cpu_idle_latency_us': cpu_idle_latency_us,
-            'node_timeout_s': node_timeout_s,
-            'parent_pid': os.getpid(),
-            'sizes': asdict(self.sizes),
-        }
+        self.config = config
         self.proc: subprocess.Popen[bytes] | None = None
         self._command_lock = threading.Lock()  # the commands ring has one producer at a time
         self._ids = _COMMAND_IDS  # unique across processes of one node: no stale answer fits
@@ -137,7 +97,11 @@ class RtProcess:
             '--fd',
             str(self._shm.fd),
             '--config',
-            json.dumps(self._config),
+            self.config.to_json(),
+            '--sizes',
+            json.dumps(asdict(self.sizes)),
+            '--parent-pid',
+            str(os.getpid()),
         ]
         self._spawn(cmd, env)
         assert self.proc is not None

@@ -1,7 +1,8 @@
 """The real-time control process: one Python thread that runs the control loop.
 
-``python -m rip_control.rt.process --fd N --config JSON`` - started by the control node at
-configure (:class:`rip_control.rt.handle.RtProcess`), never by hand.
+``python -m rip_control.rt.process --fd N --config JSON --sizes JSON --parent-pid PID`` -
+started by the control node at configure (:class:`rip_control.rt.handle.RtProcess`, with an
+:class:`RtConfig`), never by hand.
 
 The problem it solves: a control thread inside the node process shares the GIL with the
 rclpy executor, the publisher and weight decoding; when one of them holds the GIL and is
@@ -21,7 +22,7 @@ heartbeat falls silent for ``node_timeout_s`` (a frozen node), or on SIGINT/SIGT
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 import gc
 import json
 import logging
@@ -63,6 +64,45 @@ SINGLE_THREAD_ENV = {
     'NUMEXPR_NUM_THREADS': '1',
     'VECLIB_MAXIMUM_THREADS': '1',
 }
+
+
+@dataclass(frozen=True)
+class RtConfig:
+    """What the real-time process runs with: one value, built by the node, sent as JSON.
+
+    :param task: the task (rate, episode length, limits).
+    :param loop: the loop settings.
+    :param serial_port: the rig device the process opens.
+    :param serial_timeout_s: bound on one serial transaction.
+    :param cpu: the CPU it is pinned to.
+    :param fifo_priority: its SCHED_FIFO priority (0: normal scheduling).
+    :param switch_interval_s: its Python switch interval.
+    :param gc_off: freeze and disable its garbage collector.
+    :param node_timeout_s: node silence after which it disengages and exits.
+    :param cpu_idle_latency_us: the idle exit latency it holds for every CPU while it runs
+        (-1: none; see :func:`rip_control.rt.realtime.hold_cpu_latency`).
+    """
+
+    task: TaskConfig
+    loop: LoopConfig
+    serial_port: str
+    serial_timeout_s: float
+    cpu: int
+    fifo_priority: int
+    switch_interval_s: float
+    gc_off: bool
+    node_timeout_s: float
+    cpu_idle_latency_us: int = -1
+
+    def to_json(self) -> str:
+        """The text the process is started with."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> RtConfig:
+        """:meth:`to_json`'s value back."""
+        d = json.loads(text)
+        return cls(**{**d, 'task': TaskConfig(**d['task']), 'loop': LoopConfig(**d['loop'])})
 
 
 class _Stop:
@@ -111,17 +151,17 @@ class RtControl:
     """The RT process's state: its channels, the rig, the current actor, its counters.
 
     :param ch: the channels (RT side).
-    :param config: what the node sent (see :meth:`rip_control.rt.handle.RtProcess.start`).
+    :param config: what the node sent.
     """
 
-    def __init__(self, ch: RtChannels, config: dict[str, Any]) -> None:
+    def __init__(self, ch: RtChannels, config: RtConfig) -> None:
         self.ch = ch
-        self.task = TaskConfig(**config['task'])
-        self.loop_config = LoopConfig(**config['loop'])
+        self.task = config.task
+        self.loop_config = config.loop
         # The regression guard's live actor and best evaluation outlive an activation.
         self.gate: PolicyGate[NumpyActor] = self.loop_config.gate()
         self.config = config
-        self.node_timeout_s = float(config['node_timeout_s'])
+        self.node_timeout_s = config.node_timeout_s
         self.status = RtStatus()
         self.client: LowLevelClient | None = None
         self.loop: ControlLoop | None = None
@@ -229,12 +269,12 @@ class RtControl:
         """Lock memory, pin, SCHED_FIFO, freeze the collector; a note per step."""
         cfg = self.config
         notes = [lock_memory() or 'memory locked']  # at normal priority, before FIFO
-        notes.append(pin_to_cpu(cfg['cpu']) or f'pinned to cpu {cfg["cpu"]}')
-        notes.append(hold_cpu_latency(cfg.get('cpu_idle_latency_us', -1)))
-        if cfg['fifo_priority'] > 0:
-            notes.append(set_fifo(cfg['fifo_priority']) or f'SCHED_FIFO {cfg["fifo_priority"]}')
-        sys.setswitchinterval(cfg['switch_interval_s'])
-        if cfg['gc_off']:
+        notes.append(pin_to_cpu(cfg.cpu) or f'pinned to cpu {cfg.cpu}')
+        notes.append(hold_cpu_latency(cfg.cpu_idle_latency_us))
+        if cfg.fifo_priority > 0:
+            notes.append(set_fifo(cfg.fifo_priority) or f'SCHED_FIFO {cfg.fifo_priority}')
+        sys.setswitchinterval(cfg.switch_interval_s)
+        if cfg.gc_off:
             gc.collect()
             gc.freeze()
             gc.disable()
@@ -244,8 +284,7 @@ class RtControl:
 
     def open_rig(self) -> dict[str, Any]:
         """Open the serial port and disengage; the device's info."""
-        cfg = self.config
-        client = LowLevelClient(cfg['serial_port'], timeout_s=cfg['serial_timeout_s'])
+        client = LowLevelClient(self.config.serial_port, timeout_s=self.config.serial_timeout_s)
         try:
             info = client.open()
             client.disengage_motor()
@@ -391,9 +430,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the RT process (started by the node)."""
     p = argparse.ArgumentParser(prog='rip_control.rt.process')
     p.add_argument('--fd', type=int, required=True, help='the shared memory descriptor')
-    p.add_argument('--config', required=True, help='JSON from the node')
+    p.add_argument('--config', required=True, help="the node's RtConfig, as JSON")
+    p.add_argument('--sizes', required=True, help='the channel sizes (ChannelSizes), as JSON')
+    p.add_argument('--parent-pid', type=int, required=True, help='the node')
     a = p.parse_args(argv)
-    config = json.loads(a.config)
+    config = RtConfig.from_json(a.config)
     rt_holder: list[RtControl] = []
     early: list[int] = []  # a signal before the state exists is kept, not lost
 
@@ -405,9 +446,9 @@ def main(argv: list[str] | None = None) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
-    if not _die_with_parent(int(config['parent_pid'])):
+    if not _die_with_parent(a.parent_pid):
         return EXIT_NODE_LOST
-    sizes = ChannelSizes(**config['sizes'])
+    sizes = ChannelSizes(**json.loads(a.sizes))
     shm = SharedMemory(RtChannels.bytes_needed(sizes), fd=a.fd)
     ch = RtChannels(shm.buf, sizes)
     rt = RtControl(ch, config)

@@ -286,13 +286,12 @@ def given_arguments(args: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in args.items() if str(v) != ''}
 
 
-def launch_values(args: dict[str, str]) -> dict[str, Any]:
+def _launch_values(given: dict[str, str]) -> dict[str, Any]:
     """The arguments that choose files and processes, typed (the given text, else the default).
 
-    :raises ValueError: an unknown argument, or a value its type or range refuses, naming the
-        argument, the value and what is accepted.
+    :raises ValueError: a value its type or range refuses, naming the argument, the value and
+        what is accepted.
     """
-    given = given_arguments(args)
     out = {
         a.name: a.convert(given.get(a.name, a.kind.default))
         for a in LAUNCH_ARGUMENTS
@@ -305,30 +304,55 @@ def launch_values(args: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def node_parameters(args: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """Parameters of each node, typed: the table's defaults, the params file, the typed arguments.
+@dataclass(frozen=True)
+class RunnerInput:
+    """The runner's input, parsed once: the arguments, the params file, what the user set.
 
-    All three are converted by the nodes' parameter tables, so ``rate_hz: 50`` in the file and
-    ``rate:=50`` on the command line are the double 50.0, and a name no node declares is
-    refused rather than silently ignored. An argument overrides the file only when typed.
+    Built by :meth:`parse` from the ``name:=value`` text (every name and value checked, the
+    params file read once) and handed to :func:`plan`, :func:`preflight` and adapt.
 
-    :param args: launch arguments given by the user, as text.
-    :raises ValueError: naming the bad argument, file key or value.
+    :param args: the arguments as given, text (an empty value counts as not given).
+    :param typed: the arguments given with a value.
+    :param values: the arguments that choose files and processes, typed (given, else default).
+    :param file: each node's section of the params file, typed (empty without a file).
+    :param nodes: each node's parameters, typed: the table's defaults, the params file over
+        them, the typed arguments over both (an argument overrides the file only when typed).
     """
-    given = given_arguments(args)
-    values = launch_values(args)
-    out = {
-        node: {p.name: p.default for p in table.values()} for node, table in NODE_TABLES.items()
-    }
-    if values['params_file']:
-        for node, section in read_params_file(Path(values['params_file'])).items():
-            out[node].update(section)
-    for a in LAUNCH_ARGUMENTS:
-        if a.name in given and a.targets:
-            value = a.convert(given[a.name])
-            for node, param in a.targets:
-                out[node][param] = value
-    return out
+
+    args: dict[str, str]
+    typed: dict[str, str]
+    values: dict[str, Any]
+    file: dict[str, dict[str, Any]]
+    nodes: dict[str, dict[str, Any]]
+
+    @classmethod
+    def parse(cls, args: dict[str, str]) -> RunnerInput:
+        """All of it from the text arguments, converted by the nodes' parameter tables.
+
+        So ``rate_hz: 50`` in the file and ``rate:=50`` on the command line are the double
+        50.0, and a name no node declares is refused rather than silently ignored.
+
+        :raises ValueError: naming the bad argument, file key or value.
+        """
+        typed = given_arguments(args)
+        values = _launch_values(typed)
+        file = read_params_file(Path(values['params_file'])) if values['params_file'] else {}
+        nodes = {
+            node: {p.name: p.default for p in table.values()}
+            for node, table in NODE_TABLES.items()
+        }
+        for node, section in file.items():
+            nodes[node].update(section)
+        for a in LAUNCH_ARGUMENTS:
+            if a.name in typed and a.targets:
+                value = a.convert(typed[a.name])
+                for node, param in a.targets:
+                    nodes[node][param] = value
+        return cls(dict(args), typed, values, file, nodes)
+
+    def set_by_user(self, name: str) -> bool:
+        """Whether ``name`` was typed as an argument or is in the params file."""
+        return name in self.typed or any(name in s for s in self.file.values())
 
 
 def read_params_file(path: Path) -> dict[str, dict[str, Any]]:
@@ -364,16 +388,18 @@ def read_params_file(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def plan(
-    args: dict[str, str], pid: int | None = None, learn: bool = True
+    given: RunnerInput | dict[str, str], pid: int | None = None, learn: bool = True
 ) -> tuple[list[ProcessSpec], dict[str, Any]]:
     """The processes the fine-tune runs, with their parameters, as the launch file would.
 
+    :param given: the runner's input, or its text arguments (parsed here, once).
     :param learn: False plans a deployment (:mod:`rip_control.evaluate`): no learner, the
         control node acting deterministically with the given policy and nothing else.
     :returns: (process specs in start order, resolved argument values).
     """
-    params = node_parameters(args)
-    values = launch_values(args)
+    inp = given if isinstance(given, RunnerInput) else RunnerInput.parse(given)
+    params = {node: dict(section) for node, section in inp.nodes.items()}
+    values = dict(inp.values)
     rigs = int(values['rigs'])
     specs = []
     control, learner = params[CONTROL], params[LEARNER]
@@ -385,7 +411,7 @@ def plan(
     if ports and len(ports) != rigs:
         raise ValueError(f'serial_port lists {len(ports)} port(s) but rigs:={rigs}')
     link = values['emulator_link']
-    if 'emulator_link' not in args and pid is not None:
+    if 'emulator_link' not in inp.args and pid is not None:
         link = f'/tmp/rip_rig_{pid}'  # one per runner: concurrent runs never share a rig
     run_dir = Path(str(learner.get('runs_dir', 'runs'))) / str(learner['run_name'])
     if learner.get('resume_buffer') == 'auto':
@@ -398,12 +424,12 @@ def plan(
     elif not control.get('policy') and not control.get('allow_random_policy'):
         control['policy'] = str(shipped_policy(rate_hz))
     learner['policy'] = control['policy']
-    if not set_by_user(args, values, 'run_id'):
+    if not inp.set_by_user('run_id'):
         # A fresh identity per run, shared by its nodes: weights and transitions of any other
         # run in this DDS domain are refused (a second runner, a stray learner).
         # Letters first: an all-digit or '1e5'-like text would reach a node as a number.
         control['run_id'] = learner['run_id'] = 'run' + secrets.token_hex(8)
-    if control['policy'] and not set_by_user(args, values, 'action_history'):
+    if control['policy'] and not inp.set_by_user('action_history'):
         # Not typed and not in the params file: the k the initial policy was trained with.
         k = recorded_action_history(str(control['policy']), int(control['action_history']))
         control['action_history'] = learner['action_history'] = k
@@ -454,15 +480,6 @@ def plan(
         specs.append(ProcessSpec('learner', 'learner_node', 'rip_learner', params=learner))
     specs.extend(controls)
     return specs, values
-
-
-def set_by_user(args: dict[str, str], values: dict[str, Any], name: str) -> bool:
-    """Whether ``name`` was typed as an argument or is in the params file."""
-    if name in given_arguments(args):
-        return True
-    if not values['params_file']:
-        return False
-    return any(name in s for s in read_params_file(Path(values['params_file'])).values())
 
 
 def recorded_action_history(policy: str, fallback: int) -> int:

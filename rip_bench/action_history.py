@@ -70,7 +70,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             # warm, as rip_control.adapt re-trains: no curriculum from scratch
             'balance_steps': 0,
             'ramp_steps': 0,
-            'learning_starts': 1000,
+            'random_steps': 1000,
         }
         print(f'== k = {k}: re-training {a.steps} steps on {a.rig} (seed {a.seed})', flush=True)
         t0 = time.monotonic()

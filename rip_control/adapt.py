@@ -936,7 +936,7 @@ def _retrain(
         # warm: no curriculum from scratch, a short random start
         'balance_steps': 0,
         'ramp_steps': 0,
-        'learning_starts': 1000,
+        'random_steps': 1000,
     }
     _program('pretrain', popts, a.log, prefix='retrain: ')
     result = json.loads((out / run_files.PRETRAIN_RECORD).read_text())

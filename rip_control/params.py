@@ -18,7 +18,8 @@ INTEGER and the node would refuse it), keeps ``run_name:=2024`` a string, refuse
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import MISSING, dataclass
 import difflib
 import math
 from typing import Any, ClassVar
@@ -255,23 +256,42 @@ class From:
         return self.cast(value) if self.cast is not None else value
 
 
+def int_tuple(value: Any) -> tuple[int, ...]:
+    """A list parameter's integers as a tuple (``From(..., cast=int_tuple)``)."""
+    return tuple(int(v) for v in value)
+
+
 class FromParams:
     """A frozen config dataclass built from a node's parameter table, and only from it.
 
-    The class names its table (``TABLE``) and, for each field a parameter sets, where it
-    comes from (``PARAMS``: field -> :class:`From`). The fields a parameter sets have no
-    default of their own: the table holds it, once. Fields that are not parameters (task
-    constants, the pacer's spin window) keep theirs.
+    The class names its table (``TABLE``). A field without a default of its own is set by the
+    parameter of its own name, unless ``PARAMS`` says where else it comes from (field ->
+    :class:`From`: another name, a unit's scale, a cast) or it is a nested config
+    (``NESTED``); the table holds its default, once. Fields with a default are not
+    parameters (task constants, the pacer's spin window).
     """
 
     TABLE: ClassVar[tuple[Param, ...]]
-    PARAMS: ClassVar[Mapping[str, From]]
+    PARAMS: ClassVar[Mapping[str, From]] = {}
+    NESTED: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def sources(cls) -> dict[str, From]:
+        """Where each field a parameter sets comes from: field -> :class:`From`."""
+        out = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            own_default = f.default is not MISSING or f.default_factory is not MISSING
+            if f.name in cls.PARAMS:
+                out[f.name] = cls.PARAMS[f.name]
+            elif f.name not in cls.NESTED and not own_default:
+                out[f.name] = From(f.name)
+        return out
 
     @classmethod
     def field_values(cls, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The fields ``PARAMS`` sets, from ``values`` over the table's defaults."""
+        """The fields a parameter sets, from ``values`` over the table's defaults."""
         merged = {**defaults(cls.TABLE), **dict(values or {})}
-        return {name: source.read(merged) for name, source in cls.PARAMS.items()}
+        return {name: source.read(merged) for name, source in cls.sources().items()}
 
     @classmethod
     def from_params(cls, values: Mapping[str, Any] | None = None, **fields: Any) -> Any:

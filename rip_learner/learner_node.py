@@ -42,7 +42,7 @@ from rip_control.buffer_file import RunFolderInUse, check_run_dir_is_free
 from rip_control.params import LEARNER_PARAMETERS
 from rip_control.policy import POLICY_VERSION_MAX
 from rip_control.rig.env import ACTION_SIZE
-from rip_control.ros.node_params import declare, spin_until_shutdown
+from rip_control.ros.node_params import declare
 from rip_control.ros.qos import (
     DIAGNOSTICS,
     POLICY_WEIGHTS,
@@ -313,35 +313,18 @@ def main(args: list[str] | None = None) -> int:
     the loading finish, then saves what it holds: nothing received is lost, nothing
     half-loaded is written. A signal before that (nothing loaded yet) exits 0 at once.
     """
-    from rip_control.ros.node_params import SecurityRefused, init_rclpy, security_named
-    from rip_control.signals import StopSignals
+    from rip_control.ros.node_params import run_node
 
-    # First: from here on a signal is a stop request, recorded; nothing is raised into the
-    # set-up, and the finally below (the final save) runs whatever the moment.
-    stop = StopSignals().install()
-    try:
-        widened = init_rclpy(args)
-    except SecurityRefused as exc:  # nothing exists yet, nothing to save
-        print(f'rip_learner: {exc}', file=sys.stderr, flush=True)
-        return 2
-    node: LearnerNode | None = None
-    executor: SingleThreadedExecutor | None = None
-    code = 0
-    try:
-        if not stop.requested:
-            try:
-                with security_named(args):
-                    node = LearnerNode()  # the training thread starts in here
-            except (LearnerConfigError, ValueError) as exc:  # a refused parameter, SROS2
-                print(f'rip_learner: {exc}', file=sys.stderr, flush=True)
-                code = 2
-        if node is not None:
-            if widened:
-                node.log().warning(widened)
-            executor = SingleThreadedExecutor()
-            executor.add_node(node)
-            code = spin_until_shutdown(node, executor, stop)
-    finally:
+    def build(stop: Any) -> LearnerNode | None:
+        # Nothing loaded yet: a stop that came first exits at once.
+        return None if stop.requested else LearnerNode()  # the training thread starts here
+
+    def start(node: LearnerNode, stop: Any) -> SingleThreadedExecutor:
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        return executor
+
+    def way_out(node: LearnerNode | None, executor: Any, code: int) -> int:
         if node is not None:
             try:
                 node.shutdown()
@@ -354,8 +337,9 @@ def main(args: list[str] | None = None) -> int:
             executor.shutdown()
         if node is not None:
             node.destroy_node()
-        rclpy.try_shutdown()
-    return code
+        return code
+
+    return run_node('rip_learner', args, build, start, way_out)
 
 
 if __name__ == '__main__':

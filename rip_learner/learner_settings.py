@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rip_control.params import LEARNER_PARAMETERS, From, FromParams, Param
+from rip_control.params import LEARNER_PARAMETERS, From, FromParams, Param, int_tuple
 from rip_learner.sac import SacConfig
 
 SMOOTHNESS_REFERENCES = ('none', 'initial')
@@ -15,10 +15,6 @@ SMOOTHNESS_REFERENCES = ('none', 'initial')
 
 class LearnerConfigError(ValueError):
     """A parameter, initial policy or resume file the learner cannot start with."""
-
-
-def _ints(value: Any) -> tuple[int, ...]:
-    return tuple(int(v) for v in value)
 
 
 def _paths(text: str) -> tuple[str, ...]:
@@ -29,35 +25,17 @@ def _paths(text: str) -> tuple[str, ...]:
 class LearnerSettings(FromParams):
     """Everything read from parameters at start.
 
-    Each learner parameter sets exactly one field: of ``sac`` or of this class (``PARAMS``).
+    Each learner parameter sets exactly one field: of ``sac`` or of this class (its own
+    name, or where ``PARAMS`` says).
     """
 
     TABLE: ClassVar[tuple[Param, ...]] = LEARNER_PARAMETERS
     PARAMS: ClassVar[Mapping[str, From]] = {
-        'rate_hz': From('rate_hz'),
-        'gradient_steps': From('gradient_steps'),
-        'learning_starts': From('learning_starts'),
-        'max_chunk': From('max_chunk'),
-        'fast_updates': From('fast_updates'),
-        'critic_warmup_updates': From('critic_warmup_updates'),
-        'prior_data': From('prior_data'),
-        'prior_ratio': From('prior_ratio'),
-        'smoothness': From('smoothness'),
-        'smoothness_reference': From('smoothness_reference'),
         'dt_tolerance_s': From('dt_tolerance_ms', 1e-3),
-        'resume_buffer': From('resume_buffer'),
         'resume_bags': From('resume_bag', cast=_paths),
-        'policy': From('policy'),
-        'run_name': From('run_name'),
-        'runs_dir': From('runs_dir'),
-        'run_id': From('run_id'),
-        'publish_every_steps': From('publish_every_steps'),
-        'publish_every_s': From('publish_every_s'),
-        'checkpoint_every_s': From('checkpoint_every_s'),
-        'nice': From('nice'),
-        'cpus': From('cpus', cast=_ints),
-        'fault_train_error_after_updates': From('fault_train_error_after_updates'),
+        'cpus': From('cpus', cast=int_tuple),
     }
+    NESTED: ClassVar[tuple[str, ...]] = ('sac',)
 
     sac: SacConfig
     rate_hz: float

@@ -50,6 +50,7 @@ import numpy as np
 from rip_control import run_files
 from rip_control.files import atomic_write_bytes
 from rip_control.params import (
+    CONTROL_PARAMETERS,
     LEARNER_PARAMETERS,
     PRETRAIN_ACTION_HISTORY,
     Param,
@@ -62,6 +63,9 @@ from rip_control.rig.dynamics import PendulumParams
 from rip_control.rig.env import ACTION_SIZE, SimRotaryInvertedPendulumEnv, TaskConfig, obs_size
 from rip_control.run.evaluation import EpisodeMetrics, episode_metrics, summarize
 from rip_learner.sac import SacConfig, actor_meta, actor_tensors, encode_checkpoint, sac_state
+
+_LEARNER = table_by_name(LEARNER_PARAMETERS)
+_CONTROL = table_by_name(CONTROL_PARAMETERS)
 
 OPTIONS = (
     Param('rate', 50.0, 'design control rate, Hz (the policy is tagged with it)', 1.0, 1000.0),
@@ -78,22 +82,31 @@ OPTIONS = (
         'warm start: a folder (or its policy.safetensors) whose actor, critics and entropy '
         'coefficient training starts from (default: from scratch)',
     ),
-    table_by_name(LEARNER_PARAMETERS)['device'],
+    _LEARNER['device'],
     Param('steps', 200_000, 'most environment steps', 1, 10_000_000),
     Param('time_limit_s', 900.0, 'stop after this much wall-clock time', 1.0, 86_400.0),
     Param('seed', 0, 'seed of SAC, the curriculum and the randomisation', 0, 2**31 - 1),
-    Param('hidden_sizes', [64, 64], 'actor and critic layers (must match the learner)'),
+    _LEARNER['hidden_sizes'],
     PRETRAIN_ACTION_HISTORY,
-    Param('batch_size', 256, 'SAC batch', 1, 100_000),
-    Param(
-        'learning_rate', 1e-3, 'SAC learning rate (3e-4 took 3x the steps to balance)', 1e-6, 1.0
+    _LEARNER['batch_size'],
+    replace(
+        _LEARNER['learning_rate'],
+        default=1e-3,
+        description="SAC learning rate (3e-4, the fine-tune's, took 3x the steps to balance)",
     ),
-    Param('gamma', 0.99, 'discount', 0.0, 1.0),
+    _LEARNER['gamma'],
     Param('ent_coef', 'auto_0.1', "SAC entropy coefficient ('auto_<initial>' tunes it)"),
     Param('train_freq', 1, 'environment steps between updates', 1, 1000),
-    Param('gradient_steps', 1, 'updates each train_freq steps', 1, 1000),
-    Param('learning_starts', 2000, 'random steps before the first update', 0, 1_000_000),
-    Param('episode_seconds', 6.0, 'training episode length, s (the rig episode)', 0.1, 600.0),
+    # The learner's K, per simulated step here (1: a simulated step is cheap, an update not).
+    replace(_LEARNER['gradient_steps'], default=1),
+    Param(
+        'random_steps',
+        2000,
+        'steps of uniformly random actions before the first update',
+        0,
+        1_000_000,
+    ),
+    _CONTROL['episode_seconds'],
     Param('balance_steps', 10_000, 'curriculum: steps with upright starts only', 0, 10_000_000),
     Param('ramp_steps', 20_000, 'curriculum: steps to reach final_upright_share', 0, 10_000_000),
     Param('final_upright_share', 0.2, 'curriculum: upright starts after the ramp', 0.0, 1.0),
@@ -117,7 +130,7 @@ OPTIONS = (
     Param('eval_seconds', 10.0, 'evaluation episode length, s', 1.0, 600.0),
     Param('target_balance_s', 8.0, 'stop once evaluations balance this long', 0.0, 600.0),
     Param('min_steps', 30_000, 'no early stop before this many steps', 0, 10_000_000),
-    Param('torch_threads', 1, 'torch intra-op threads', 1, 64),
+    _LEARNER['torch_threads'],
     Param(
         'prior_data_size',
         20_000,
@@ -534,9 +547,9 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
     model = build_sac(
         cfg,
         env,
-        learning_starts=opts['learning_starts'],
+        learning_starts=opts['random_steps'],
         train_freq=opts['train_freq'],
-        gradient_steps=opts['gradient_steps'],
+        gradient_steps=opts['gradient_steps'] * opts['train_freq'],
         ent_coef=opts['ent_coef'],
     )
     torch.manual_seed(opts['seed'])
@@ -663,7 +676,7 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
     log(
         f'pre-training at {rate:g} Hz in {out}: up to {opts["steps"]} steps or '
         f'{opts["time_limit_s"]:g} s; nets {list(cfg.hidden_sizes)}, batch {cfg.batch_size}, '
-        f'{opts["gradient_steps"]} update(s) per {opts["train_freq"]} step(s), '
+        f'{opts["gradient_steps"]} update(s) per step, every {opts["train_freq"]} step(s), '
         f'randomisation {opts["randomization"] if randomization else "off"}'
     )
     model.learn(total_timesteps=opts['steps'], callback=progress)

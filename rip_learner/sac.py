@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from rip_control import run_files
-from rip_control.params import LEARNER_PARAMETERS, From, FromParams, Param
+from rip_control.params import LEARNER_PARAMETERS, From, FromParams, Param, int_tuple
 from rip_control.policy import HIDDEN_LAYERS_MAX, HIDDEN_SIZE_MAX, PolicyMeta, read_metadata
 from rip_control.rig.env import ACTION_SIZE, obs_size
 
@@ -48,16 +48,7 @@ class SacConfig(FromParams):
 
     TABLE: ClassVar[tuple[Param, ...]] = LEARNER_PARAMETERS
     PARAMS: ClassVar[Mapping[str, From]] = {
-        'hidden_sizes': From('hidden_sizes', cast=lambda v: tuple(int(h) for h in v)),
-        'action_history': From('action_history'),
-        'batch_size': From('batch_size'),
-        'learning_rate': From('learning_rate'),
-        'gamma': From('gamma'),
-        'tau': From('tau'),
-        'buffer_size': From('buffer_size'),
-        'torch_threads': From('torch_threads'),
-        'seed': From('seed'),
-        'device': From('device'),
+        'hidden_sizes': From('hidden_sizes', cast=int_tuple),
     }
 
     hidden_sizes: tuple[int, ...]

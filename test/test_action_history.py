@@ -227,7 +227,7 @@ def test_a_fine_tune_at_k_2_runs_and_its_transitions_hold_the_actions_the_loop_a
                 f'init:={SHIPPED}',
                 'action_history:=2',
                 'steps:=150',
-                'learning_starts:=100',
+                'random_steps:=100',
                 'eval_every:=100',
                 'eval_episodes:=1',
                 'eval_seconds:=1',

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rip_control.params import CONTROL_PARAMETERS, LEARNER_PARAMETERS, Param, parse_options
+from rip_control.params import CONTROL_PARAMETERS, LEARNER_PARAMETERS, From, Param, parse_options
 
 RATE = Param('rate_hz', 50.0, 'control rate, Hz', 1.0, 1000.0)
 EPISODES = Param('episodes', 0, 'episodes', 0, 100)
@@ -86,15 +86,17 @@ def _mapped(config_classes):
 
     out = []
     for cls in config_classes:
-        for name, source in cls.PARAMS.items():
+        sources = cls.sources()
+        for name, source in sources.items():
             out.append((cls, name, source.param))
         # Every field without a default of its own is set by a parameter, or is a nested config.
         for f in dataclasses.fields(cls):
             no_default = (
                 f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             )
-            if no_default and f.name not in cls.PARAMS:
-                assert f.name in ('task', 'loop', 'sac'), f'{cls.__name__}.{f.name} has no source'
+            if no_default and f.name not in sources:
+                assert f.name in cls.NESTED, f'{cls.__name__}.{f.name} has no source'
+                assert f.name in ('task', 'loop', 'sac'), f'{cls.__name__}.{f.name}'
     return out
 
 
@@ -123,9 +125,11 @@ def test_every_parameter_sets_exactly_one_config_field_and_every_field_has_one(n
         for name in cls.PARAMS:
             assert name in fields, f'{cls.__name__}.PARAMS names {name}, not a field'
             assert fields[name].default is dataclasses.MISSING, f'{cls.__name__}.{name}'
+            # PARAMS holds the exceptions only: a field named as its parameter needs no entry.
+            assert cls.PARAMS[name] != From(name), f'{cls.__name__}.PARAMS restates {name}'
     # Units: a _ms parameter becomes a _s field (x 1e-3), a _us one too (x 1e-6).
     for cls, name, param in mapped:
-        source = cls.PARAMS[name]
+        source = cls.sources()[name]
         for unit, scale in (('_ms', 1e-3), ('_us', 1e-6)):
             if param.endswith(unit) and name.endswith('_s'):
                 assert source.scale == scale, (cls.__name__, name, param)

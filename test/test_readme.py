@@ -314,7 +314,7 @@ def test_the_readme_evaluate_variants_are_checked_before_anything_starts(tmp_pat
 
 SHORT_PRETRAIN = [
     'steps:=300',
-    'learning_starts:=100',
+    'random_steps:=100',
     'eval_every:=300',
     'eval_episodes:=1',
     'eval_seconds:=1',

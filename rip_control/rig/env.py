@@ -26,7 +26,6 @@ Action: one float in [-1, 1], scaled to ``max_action_v`` volts.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
 import math
 import time
@@ -35,7 +34,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from rip_control.params import CONTROL_PARAMETERS, From, FromParams, Param
+from rip_control.params import CONTROL_PARAMETERS, FromParams, Param
 from rip_control.rig.client import LowLevelClient, RigClockJump
 from rip_control.rig.dynamics import FurutaDynamics, PendulumParams
 from rip_control.rig.protocol import RigState, Status
@@ -104,13 +103,6 @@ class TaskConfig(FromParams):
     """
 
     TABLE: ClassVar[tuple[Param, ...]] = CONTROL_PARAMETERS
-    PARAMS: ClassVar[Mapping[str, From]] = {
-        'rate_hz': From('rate_hz'),
-        'episode_seconds': From('episode_seconds'),
-        'max_action_v': From('max_action_v'),
-        'arm_limit_rad': From('arm_limit_rad'),
-        'action_history': From('action_history'),
-    }
 
     rate_hz: float
     episode_seconds: float

@@ -43,7 +43,6 @@ import threading
 import time
 from typing import Any
 
-import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
@@ -62,7 +61,7 @@ from rip_control.rig.env import ACTION_SIZE
 from rip_control.ros.control_diagnostics import ControlDiagnostics, fault_name
 from rip_control.ros.control_settings import NodeSettings
 from rip_control.ros.loop_outputs import LoopOutputs
-from rip_control.ros.node_params import declare, spin_until_shutdown
+from rip_control.ros.node_params import declare
 from rip_control.ros.qos import POLICY_WEIGHTS, WEIGHTS_QOS
 from rip_control.ros.weights_intake import WeightsIntake
 from rip_control.rt.handle import RtProcess, RtStartFailed, describe_exit
@@ -652,46 +651,26 @@ def main(args: list[str] | None = None) -> int:
     did not confirm the disengage (the firmware deadman is then what stops the motor); 2 a
     parameter the table refuses.
     """
-    from rip_control.ros.node_params import SecurityRefused, init_rclpy, security_named
-    from rip_control.signals import StopSignals
+    from rip_control.ros.node_params import run_node
 
-    # First: from here on a signal is a stop request, recorded; nothing is raised into the
-    # set-up, and the finally below runs whatever the moment.
-    stop = StopSignals().install()
-    try:
-        widened = init_rclpy(args)
-    except SecurityRefused as exc:  # nothing exists yet, nothing to stop
-        print(f'rip_control: {exc}', file=sys.stderr, flush=True)
-        return 2
-    node: ControlNode | None = None
-    executor: MultiThreadedExecutor | None = None
-    code = 0
-    try:
-        try:
-            with security_named(args):
-                node = ControlNode()
-        except ValueError as exc:  # a parameter the table refuses, SROS2 refused: named
-            print(f'rip_control: {exc}', file=sys.stderr, flush=True)
-            code = 2
-        if node is not None:
-            log = node.get_logger()
-            if widened:
-                log.warning(widened)
-            # Threads created from here on (executor workers, the pump thread) inherit it.
-            prio = node.get_parameter('gil_holders_fifo_priority').value
-            if prio > 0:
-                err = set_fifo(prio)
-                if err:
-                    log.warning(f'other threads: {err}; a CPU load can then hold the GIL')
-                else:
-                    _raise_existing_threads(prio)
-                    log.info(f'executor, publisher and DDS threads at SCHED_FIFO {prio}')
-            executor = MultiThreadedExecutor(num_threads=2)
-            executor.add_node(node)
-            stop.at_first_signal(node.request_stop)
-            log.info(f'unconfigured, waiting for configure (pid {os.getpid()})')
-            code = spin_until_shutdown(node, executor, stop)
-    finally:
+    def start(node: ControlNode, stop: Any) -> MultiThreadedExecutor:
+        log = node.get_logger()
+        # Threads created from here on (executor workers, the pump thread) inherit it.
+        prio = node.get_parameter('gil_holders_fifo_priority').value
+        if prio > 0:
+            err = set_fifo(prio)
+            if err:
+                log.warning(f'other threads: {err}; a CPU load can then hold the GIL')
+            else:
+                _raise_existing_threads(prio)
+                log.info(f'executor, publisher and DDS threads at SCHED_FIFO {prio}')
+        executor = MultiThreadedExecutor(num_threads=2)
+        executor.add_node(node)
+        stop.at_first_signal(node.request_stop)
+        log.info(f'unconfigured, waiting for configure (pid {os.getpid()})')
+        return executor
+
+    def way_out(node: ControlNode | None, executor: Any, code: int) -> int:
         confirmed = node is None or node.emergency_stop()  # at once, before anything else
         if executor is not None:
             executor.shutdown()  # waits for a transition in progress (configure, activate)
@@ -700,10 +679,9 @@ def main(args: list[str] | None = None) -> int:
                 confirmed = node.emergency_stop()
             node._release()
             node.destroy_node()
-        if not confirmed:
-            code = 1
-        rclpy.try_shutdown()
-    return code
+        return code if confirmed else 1
+
+    return run_node('rip_control', args, lambda stop: ControlNode(), start, way_out)
 
 
 if __name__ == '__main__':

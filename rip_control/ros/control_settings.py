@@ -8,14 +8,10 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rip_control.params import CONTROL_PARAMETERS, From, FromParams, Param
+from rip_control.params import CONTROL_PARAMETERS, From, FromParams, Param, int_tuple
 from rip_control.rig.env import TaskConfig
 from rip_control.rt.loop import LoopConfig
 from rip_control.rt.process import RtConfig
-
-
-def _ints(value: Any) -> tuple[int, ...]:
-    return tuple(int(v) for v in value)
 
 
 @dataclass(frozen=True)
@@ -23,30 +19,17 @@ class NodeSettings(FromParams):
     """Everything read from parameters at configure time.
 
     Each control node parameter sets exactly one field: of ``task``, of ``loop`` or of this
-    class (``PARAMS``).
+    class (its own name, or where ``PARAMS`` says).
     """
 
     TABLE: ClassVar[tuple[Param, ...]] = CONTROL_PARAMETERS
     PARAMS: ClassVar[Mapping[str, From]] = {
-        'serial_port': From('serial_port'),
         'serial_timeout_s': From('serial_timeout_ms', 1e-3),
         'node_timeout_s': From('node_timeout_ms', 1e-3),
-        'max_deadman_ms': From('max_deadman_ms'),
-        'policy': From('policy'),
-        'allow_random_policy': From('allow_random_policy'),
-        'hidden_sizes': From('hidden_sizes', cast=_ints),
-        'run_name': From('run_name'),
-        'runs_dir': From('runs_dir'),
-        'run_id': From('run_id'),
-        'control_cpu': From('control_cpu'),
-        'fifo_priority': From('fifo_priority'),
-        'gil_holders_fifo_priority': From('gil_holders_fifo_priority'),
-        'cpu_idle_latency_us': From('cpu_idle_latency_us'),
+        'hidden_sizes': From('hidden_sizes', cast=int_tuple),
         'switch_interval_s': From('switch_interval_us', 1e-6),
-        'tick_topic_max_hz': From('tick_topic_max_hz'),
-        'gc_off': From('gc_off'),
-        'tick_trace': From('tick_trace'),
     }
+    NESTED: ClassVar[tuple[str, ...]] = ('task', 'loop')
 
     task: TaskConfig
     loop: LoopConfig

@@ -8,7 +8,7 @@ and limits that the table says.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 import os
 from pathlib import Path
@@ -236,3 +236,58 @@ def spin_until_shutdown(node: Any, executor: Any, stop: StopSignals | None = Non
             node.get_logger().fatal(f'executor failed: {exc!r}')
             return 1
     return 0
+
+
+def run_node(
+    program: str,
+    args: list[str] | None,
+    build: Callable[[StopSignals], Any],
+    start: Callable[[Any, StopSignals], Any],
+    way_out: Callable[[Any, Any, int], int],
+) -> int:
+    """A node's program, from its first line to its exit status: one start-up for every node.
+
+    Signals are stop requests from the first line (:class:`StopSignals`), rclpy is initialised
+    (:func:`init_rclpy`, the security settings checked), the node is built under its
+    security name, its executor started and spun until a signal (:func:`spin_until_shutdown`);
+    then ``way_out`` runs whatever happened, before rclpy is shut down.
+
+    :param program: the name the errors are printed under.
+    :param build: makes the node (``None``: nothing to run, e.g. a stop came first); a
+        :class:`ValueError` (a parameter the table refuses, SROS2) is printed, exit 2.
+    :param start: makes the node's executor with the node added (and anything else the node
+        needs before spinning); returns the executor.
+    :param way_out: ``way_out(node, executor, code)``, either possibly ``None``: the node's
+        clean-up (disengage, save), its exit status.
+    """
+    import sys
+
+    import rclpy
+
+    # First: from here on a signal is a stop request, recorded; nothing is raised into the
+    # set-up, and the way out below runs whatever the moment.
+    stop = StopSignals().install()
+    try:
+        widened = init_rclpy(args)
+    except SecurityRefused as exc:  # nothing exists yet, nothing to clean up
+        print(f'{program}: {exc}', file=sys.stderr, flush=True)
+        return 2
+    node: Any = None
+    executor: Any = None
+    code = 0
+    try:
+        try:
+            with security_named(args):
+                node = build(stop)
+        except ValueError as exc:  # a parameter the table refuses, SROS2 refused: named
+            print(f'{program}: {exc}', file=sys.stderr, flush=True)
+            code = 2
+        if node is not None:
+            if widened:
+                node.get_logger().warning(widened)
+            executor = start(node, stop)
+            code = spin_until_shutdown(node, executor, stop)
+    finally:
+        code = way_out(node, executor, code)
+        rclpy.try_shutdown()
+    return code

@@ -130,22 +130,9 @@ class LoopConfig(FromParams):
     TABLE: ClassVar[tuple[Param, ...]] = CONTROL_PARAMETERS
     PARAMS: ClassVar[Mapping[str, From]] = {
         'timing_violation_threshold_s': From('timing_violation_threshold_ms', 1e-3),
-        'max_strikes': From('max_strikes'),
         'hung_timeout_s': From('hung_timeout_ms', 1e-3),
-        'max_serial_errors': From('max_serial_errors'),
-        'stochastic_actions': From('stochastic_actions'),
-        'train_noise_scale': From('train_noise_scale'),
-        'episodes': From('episodes'),
-        'excitation_episodes': From('excitation_episodes'),
-        'seed': From('seed'),
         'fault_tick_delay_s': From('fault_tick_delay_ms', 1e-3),
-        'fault_after_ticks': From('fault_after_ticks'),
-        'eval_every_episodes': From('eval_every_episodes'),
-        'eval_margin': From('eval_margin'),
-        'eval_best_margin': From('eval_best_margin'),
-        'eval_balance_margin': From('eval_balance_margin'),
         'eval_episode_s': From('eval_episode_seconds'),
-        'eval_episodes': From('eval_episodes'),
     }
 
     timing_violation_threshold_s: float

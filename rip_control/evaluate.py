@@ -165,10 +165,9 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
     bad = sorted(set(args) & set(LEARNER_ONLY))
     if bad:
         raise ValueError(f'{bad} configure learning; an evaluation runs no learner')
-    if not args.get('policy'):
-        raise ValueError('policy:=PATH is required (the actor to deploy)')
-    if not Path(args['policy']).is_file():
-        raise ValueError(f'policy:={args["policy"]}: no such file')
+    policy = args.get('policy', '')
+    if policy not in ('', 'auto') and not Path(policy).is_file():
+        raise ValueError(f'policy:={policy}: no such file')
     args = {**DEFAULTS, **args}
     recorder = TransitionRecorder()
     run = finetune.run(
@@ -181,8 +180,9 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
     rate = float(run['rate_hz'])
     episodes = recorder.episodes(1.0 / rate)
     run_dir = Path(run['run_dir'])
+    deployed = str(run['policy'])  # as the plan resolved it (empty: the shipped one)
     report = {
-        'policy': args['policy'],
+        'policy': deployed,
         'rig_params': args.get('rig_params', ''),
         'serial_port': args.get('serial_port', ''),
         'rate_hz': rate,
@@ -213,7 +213,7 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
         plot_traces(
             episodes,
             run_dir / run_files.EVALUATION_PLOT,
-            f'{Path(args["policy"]).name} at '
+            f'{Path(deployed).name} at '
             f'{rate:g} Hz on {args.get("rig_params") or "the nominal rig"}',
         )
     s = report['summary']
@@ -236,7 +236,7 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: the fine-tune's ``name:=value`` arguments, ``policy`` required.
+    """Command line: the fine-tune's ``name:=value`` arguments (no learner's).
 
     Exit status as the runner's, 130 for a signal at any moment from here on.
     """

@@ -52,3 +52,23 @@ def test_evaluate_refuses_learning_options_and_a_policy_at_another_rate(tmp_path
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert 'trained at 100 Hz but this node runs at 50 Hz' in proc.stderr
     assert 'process' not in proc.stdout and not (tmp_path / 'ev100').exists()
+
+
+def test_evaluate_without_a_policy_deploys_the_one_shipped_for_the_rate(tmp_path):
+    """What its ``--help`` says of ``policy`` (the shared table): empty, the shipped policy."""
+    import json
+
+    from rip_control import run_files
+    from rip_control.run_files import packaged_policy
+
+    proc = _run(
+        'rip_control.evaluate',
+        'episodes:=1',
+        'episode_seconds:=1',
+        f'runs_dir:={tmp_path}',
+        'run_name:=shipped',
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads((tmp_path / 'shipped' / run_files.EVALUATION).read_text())
+    assert report['policy'] == str(packaged_policy(50.0))
+    assert len(report['episodes']) == 1

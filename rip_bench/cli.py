@@ -1,92 +1,27 @@
 """The ``python -m rip_bench`` command line, built from the benchmarks' registry.
 
-One subcommand per benchmark module (its ``NAME``, ``HELP``, ``add_arguments``), each with
-``--json PATH``; ``table KIND FILE...``, which prints the markdown table of saved records
-(``KIND``: a benchmark's name or one of its further tables, e.g. ``v5-seeds``); and ``docs``,
-which writes the generated pages of ``docs/`` (:mod:`rip_bench.docs`). Every run is
-wrapped here, once: DDS kept on loopback (unless the caller set ``ROS_AUTOMATIC_DISCOVERY_RANGE``
-/ ``ROS_DOMAIN_ID``), the host's CPU steal measured around it, the record written atomically.
+One subcommand per benchmark module of :mod:`rip_bench.registry` (its ``NAME``, ``HELP``,
+``add_arguments``), each with ``--json PATH``; ``table KIND FILE...``, which prints the
+markdown table of saved records (``KIND``: a benchmark's name or one of its further tables,
+e.g. ``v5-seeds``); and ``docs``, which writes the generated pages of ``docs/``
+(:mod:`rip_bench.docs`). Every run is wrapped here, once: DDS kept on loopback (unless the
+caller set ``ROS_AUTOMATIC_DISCOVERY_RANGE`` / ``ROS_DOMAIN_ID``), the host's CPU steal
+measured around it, the record written atomically.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 import json
 from pathlib import Path
 import time
-from typing import Any, Protocol
+from typing import Any
 
-from rip_bench import (
-    action_history,
-    adapt_loop,
-    bag_roundtrip,
-    demo,
-    docs,
-    e2e,
-    identification,
-    learner_throughput,
-    long_deployment,
-    matrix,
-    serial_roundtrip,
-    sim_finetune,
-    soak,
-    sync_baseline,
-    timing,
-    v5,
-)
+from rip_bench import docs
+from rip_bench.registry import BENCHMARKS, TABLES, Benchmark
 from rip_control.files import atomic_write_bytes
 from rip_control.procs import ensure_loopback_dds
 from rip_control.stats import cpu_times, steal_fraction
-
-Table = Callable[[list[dict[str, Any]]], str]
-
-
-class Benchmark(Protocol):
-    """What a benchmark module defines (``TABLES`` too, where it has tables)."""
-
-    NAME: str
-    HELP: str
-
-    def add_arguments(self, ap: argparse.ArgumentParser) -> None:
-        """Add the benchmark's options to its subcommand's parser."""
-
-    def run(self, args: argparse.Namespace) -> dict[str, Any]:
-        """Run the benchmark with the parsed options; the JSON record."""
-
-
-# In the order ``--help`` lists them.
-BENCHMARKS: tuple[Benchmark, ...] = (
-    timing,
-    sync_baseline,
-    e2e,
-    learner_throughput,
-    v5,
-    matrix,
-    sim_finetune,
-    identification,
-    adapt_loop,
-    long_deployment,
-    action_history,
-    bag_roundtrip,
-    serial_roundtrip,
-    soak,
-)
-
-
-def _tables() -> dict[str, Table]:
-    """Every table kind, from the modules that have tables; a kind named twice is refused."""
-    out: dict[str, Table] = {}
-    modules: list[Any] = [*BENCHMARKS, demo]  # demo has a table and no run
-    for module in modules:
-        for kind, table in getattr(module, 'TABLES', {}).items():
-            if kind in out:
-                raise ValueError(f'table kind {kind!r} is defined twice ({module.__name__})')
-            out[kind] = table
-    return out
-
-
-TABLES = _tables()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from rip_bench.paths import REPO
 from rip_control.policy import PolicyRejected, load_actor_file, read_metadata
 from rip_control.rig.dynamics import PendulumParams
 from rip_control.rig.emulator import Firmware
@@ -332,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _nominal() -> Path:
-    return Path(__file__).resolve().parents[1] / 'config' / 'rig_qube_servo2.yaml'
+    return REPO / 'config' / 'rig_qube_servo2.yaml'
 
 
 if __name__ == '__main__':

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from rip_bench.common import LOADS, Load, machine
+from rip_bench.common import machine
+from rip_bench.load import LOADS, Load
 from rip_control.rig.client import LowLevelClient, RigProtocolError, RigTimeout
 from rip_control.rig.emulator_process import EmulatorProcess
 from rip_control.rig.host_firmware import FIRMWARES

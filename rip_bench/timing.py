@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from rip_bench import floor, timer_baseline
-from rip_bench.common import LOADS, Load, add_run_arguments, machine, print_stats
+from rip_bench.common import add_run_arguments, machine, print_stats
+from rip_bench.load import LOADS, Load
 from rip_control.params import CONTROL_PARAMETERS, convert_all, defaults, parse_args
 from rip_control.procs import child_env, stop_process
 from rip_control.rig.emulator_process import EmulatorProcess

@@ -2,7 +2,7 @@
 
 The tables are what ``python -m rip_bench table KIND FILE...`` prints. Which records the
 results pages show, and that the pages hold exactly the tables they give, is
-``rip_bench/results_page.py``'s and ``test_docs``'s (the pages are generated).
+``rip_bench/results/``'s and ``test_docs``'s (the pages are generated).
 """
 
 import math

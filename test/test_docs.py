@@ -42,7 +42,7 @@ def _edited(result, edit):
     """The result's records, loaded, deep-copied and changed by ``edit`` (nothing on disk)."""
     import copy
 
-    from rip_bench.results_page import load
+    from rip_bench.results.model import load
 
     records = copy.deepcopy(load(result))
     edit(records)
@@ -52,8 +52,9 @@ def _edited(result, edit):
 def test_a_conclusions_numbers_are_computed_from_its_records() -> None:
     # The page says what the records say: one stuck-rig seed of adapt deployed lower in a
     # changed copy of its record, and the conclusion's count, range and mean follow.
-    from rip_bench.results_page import ADAPT, ADAPT_K2, render
-    from rip_bench.results_page import load as load_records
+    from rip_bench.results.adapt import ADAPT, ADAPT_K2
+    from rip_bench.results.model import load as load_records
+    from rip_bench.results.model import render
 
     page = render(ADAPT, load_records(ADAPT))
     assert '**Rescue, stuck rig: met on all 3 seeds**, 8.69-8.72 s' in page
@@ -72,8 +73,9 @@ def test_a_conclusions_numbers_are_computed_from_its_records() -> None:
 def test_a_verdict_in_a_conclusion_follows_its_records() -> None:
     # V5's "at least as good on every rig" is judged from the records, not written: with the
     # mild rig's asynchronous arm raised above the synchronous one, it holds everywhere.
-    from rip_bench.results_page import V5_RESULT, V5_SEEDS, render
-    from rip_bench.results_page import load as load_records
+    from rip_bench.results.model import load as load_records
+    from rip_bench.results.model import render
+    from rip_bench.results.v5 import V5_RESULT, V5_SEEDS
 
     assert 'is not met on the mild one' in render(V5_RESULT, load_records(V5_RESULT))
 
@@ -98,13 +100,8 @@ def test_a_verdict_in_a_conclusion_follows_its_records() -> None:
 def test_the_delay_verdict_follows_the_made_later_records() -> None:
     # Whether the synchronous arm's older observations explain the mild rig's gap is judged
     # from the made-later records, on each of its conditions; V5's own verdict follows.
-    from rip_bench.results_page import (
-        V5_DELAY,
-        V5_DELAY_PAIRED,
-        V5_DELAY_RESULT,
-        V5_RESULT,
-        render,
-    )
+    from rip_bench.results.model import render
+    from rip_bench.results.v5 import V5_DELAY, V5_DELAY_PAIRED, V5_DELAY_RESULT, V5_RESULT
 
     def balance(record, arm='async_finetuned'):
         return record['deployment'][arm]['summary']['longest_balance_s']
@@ -161,7 +158,7 @@ def test_the_delay_verdict_follows_the_made_later_records() -> None:
 def test_the_sign_flip_test_counts_every_flip_as_extreme_as_the_data() -> None:
     import numpy as np
 
-    from rip_bench.results_page import _sign_flip_p
+    from rip_bench.results.v5 import _sign_flip_p
 
     # All five pairs one way: only all-up and all-down are as extreme, 2 of 32.
     assert _sign_flip_p(np.array([0.1, 0.2, 0.3, 0.1, 0.4])) == 2 / 32
@@ -175,7 +172,7 @@ def test_the_sign_flip_test_counts_every_flip_as_extreme_as_the_data() -> None:
 
 
 def test_the_recorded_line_says_what_the_records_hold() -> None:
-    from rip_bench.results_page import Result, recorded
+    from rip_bench.results.model import Result, recorded
 
     result = Result('', '', lambda r: '', lambda r: '', files=('a.json', 'b.json'))
     new = {
@@ -204,7 +201,8 @@ def test_the_results_pages_hold_no_command_the_readme_test_would_run() -> None:
 
 
 def test_the_wide_prior_results_are_of_the_wide_policy() -> None:
-    from rip_bench.results_page import WIDE, WIDE_RESULT, load
+    from rip_bench.results.finetune import WIDE, WIDE_RESULT
+    from rip_bench.results.model import load
 
     records = load(WIDE_RESULT)
     for name in WIDE:
@@ -218,7 +216,7 @@ def test_every_replicate_command_of_the_results_page_parses() -> None:
     import shlex
 
     from rip_bench.cli import build_parser
-    from rip_bench.results_page import CURRENT
+    from rip_bench.results.pages import CURRENT
 
     parser = build_parser()
     commands = []

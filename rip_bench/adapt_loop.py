@@ -83,7 +83,9 @@ def plain(own: dict[str, Any], runner: dict[str, str]) -> dict[str, Any]:
     """
     import time
 
-    from rip_control.adapt import PHASES, Adapt, balances, emulated_rig, finetune_within_budget
+    from rip_control.adapt import emulated_rig
+    from rip_control.adapting.budget import finetune_within_budget
+    from rip_control.adapting.record import PHASES, Adapt, balances
     from rip_control.finetune import run as finetune_run
     from rip_control.run.launching import resolve_auto_policy, shipped_policy
 

@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from rip_control import run_files
-from rip_control.adapt import Adapt, _episodes_that_fit, _judge
+from rip_control.adapting.budget import episodes_that_fit
+from rip_control.adapting.judging import judge
+from rip_control.adapting.record import Adapt
 from rip_control.params import defaults
 from rip_control.rig.dynamics import PendulumParams
 from rip_control.rig.excitation import ExcitationDesign
@@ -22,17 +24,17 @@ STUCK = Path(__file__).resolve().parents[1] / 'config' / 'rig_shifted_stuck.yaml
 
 def test_the_fine_tune_starts_only_if_an_episode_and_the_guards_evaluations_fit() -> None:
     # 3 training episodes and 2 evaluations (the baseline, one after the 2nd) at 33 s: 165 s.
-    assert _episodes_that_fit(204.0, 33.0, every=2) == 3
-    assert _episodes_that_fit(164.0, 33.0, every=2) == 2  # 4 episodes' worth: 2 + 2 evals
-    assert _episodes_that_fit(65.0, 33.0, every=2) == 0  # one episode and its baseline: 66 s
-    assert _episodes_that_fit(100.0, 10.0, every=0) == 10  # the guard off: no evaluations
+    assert episodes_that_fit(204.0, 33.0, every=2) == 3
+    assert episodes_that_fit(164.0, 33.0, every=2) == 2  # 4 episodes' worth: 2 + 2 evals
+    assert episodes_that_fit(65.0, 33.0, every=2) == 0  # one episode and its baseline: 66 s
+    assert episodes_that_fit(100.0, 10.0, every=0) == 10  # the guard off: no evaluations
     # Evaluations of 3 episodes of 10 s with a 23-s reset each (99 s) beside training
     # episodes of 6 s (29 s): the baseline and an episode take 128 s; two episodes bring the
     # evaluation after them (256 s), a third needs 285 s.
-    assert _episodes_that_fit(160.0, 29.0, every=2, per_evaluation_s=99.0) == 1
-    assert _episodes_that_fit(284.0, 29.0, every=2, per_evaluation_s=99.0) == 2
-    assert _episodes_that_fit(285.0, 29.0, every=2, per_evaluation_s=99.0) == 3
-    assert _episodes_that_fit(127.0, 29.0, every=2, per_evaluation_s=99.0) == 0
+    assert episodes_that_fit(160.0, 29.0, every=2, per_evaluation_s=99.0) == 1
+    assert episodes_that_fit(284.0, 29.0, every=2, per_evaluation_s=99.0) == 2
+    assert episodes_that_fit(285.0, 29.0, every=2, per_evaluation_s=99.0) == 3
+    assert episodes_that_fit(127.0, 29.0, every=2, per_evaluation_s=99.0) == 0
 
 
 def _report(returns: list[float], balances: list[float]) -> dict:
@@ -50,20 +52,20 @@ def loop(tmp_path) -> Adapt:
 
 def test_the_retrained_policy_is_judged_by_the_guards_rule_on_the_deployments_means(loop):
     prior = _report([330.0, 340.0], [0.4, 0.5])
-    better = _judge(loop, prior, _report([440.0, 450.0], [8.4, 8.5]))
+    better = judge(loop, prior, _report([440.0, 450.0], [8.4, 8.5]))
     assert better.kind == 'promoted'
     # Within eval_margin (5 %) of the prior's mean return and balancing as long: promoted.
-    assert _judge(loop, prior, _report([325.0, 330.0], [0.45, 0.45])).kind == 'promoted'
+    assert judge(loop, prior, _report([325.0, 330.0], [0.45, 0.45])).kind == 'promoted'
     # Returns far below (a wrong identification's policy that falls at once): rejected.
-    worse = _judge(loop, prior, _report([120.0, 130.0], [0.1, 0.1]))
+    worse = judge(loop, prior, _report([120.0, 130.0], [0.1, 0.1]))
     assert worse.kind == 'rejected' and 'return' in worse.reason
     # A return as high but a balance far shorter (eval_balance_margin 25 %): rejected.
-    hover = _judge(loop, prior, _report([336.0, 336.0], [0.2, 0.2]))
+    hover = judge(loop, prior, _report([336.0, 336.0], [0.2, 0.2]))
     assert hover.kind == 'rejected' and 'balance' in hover.reason
     # On the means, not the first, the last or the best episode (the bar: 95 % of 335).
-    assert _judge(loop, prior, _report([300.0, 380.0], [0.45, 0.45])).kind == 'promoted'
-    assert _judge(loop, prior, _report([380.0, 250.0], [0.45, 0.45])).kind == 'rejected'
-    assert _judge(loop, prior, _report([400.0, 240.0], [0.45, 0.45])).kind == 'promoted'
+    assert judge(loop, prior, _report([300.0, 380.0], [0.45, 0.45])).kind == 'promoted'
+    assert judge(loop, prior, _report([380.0, 250.0], [0.45, 0.45])).kind == 'rejected'
+    assert judge(loop, prior, _report([400.0, 240.0], [0.45, 0.45])).kind == 'promoted'
 
 
 def test_the_launch_passes_on_what_was_typed_and_refuses_a_bad_value_by_name() -> None:
@@ -87,12 +89,12 @@ def test_the_launch_passes_on_what_was_typed_and_refuses_a_bad_value_by_name() -
 
 
 def test_a_phases_rig_time_counts_every_activation() -> None:
-    from rip_control.adapt import _rig_seconds
+    from rip_control.adapting.record import phase_rig_seconds
 
     # The trace is the last activation's 500 ticks; a trip ended 249 before them.
     run = {'ticks': {'n_ticks': 499, 'n_ticks_earlier_activations': 249}}
-    assert _rig_seconds(run, 50.0) == pytest.approx((500 + 249) / 50.0)
-    assert _rig_seconds({'ticks': {'n_ticks': 499}}, 50.0) == pytest.approx(10.0)
+    assert phase_rig_seconds(run, 50.0) == pytest.approx((500 + 249) / 50.0)
+    assert phase_rig_seconds({'ticks': {'n_ticks': 499}}, 50.0) == pytest.approx(10.0)
 
 
 @pytest.mark.parametrize('typed', ['rig_seconds:=100', 'episodes:=3'])
@@ -111,7 +113,7 @@ def _stuck_run(tmp_path: Path) -> Path:
     """
     from rip_bench.identification import simulated_recording
     from rip_control import buffer_file
-    from rip_control.adapt import PHASES
+    from rip_control.adapting.record import PHASES
     from rip_control.transitions import EXCITATION_VERSION
 
     truth = PendulumParams.from_yaml(STUCK)
@@ -139,7 +141,7 @@ def test_the_second_identification_moves_what_the_first_got_wrong(tmp_path, wron
     A first identification that missed the stuck rig's dead zone (0 V for 1.2 V) is moved
     by the second, and only that parameter is reported moved; a right one is not moved.
     """
-    from rip_control.adapt import reidentify
+    from rip_control.adapting.offline import reidentify
 
     run = _stuck_run(tmp_path)
     truth = PendulumParams.from_yaml(STUCK)
@@ -175,6 +177,8 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
     of them run, with what, and the verdict against the deployment of what goes on.
     """
     from rip_control import adapt
+    from rip_control.adapting import budget, offline
+    from rip_control.adapting.record import AGAIN, PHASES
 
     # What the identification moved (which it decides: the test above).
     moved = {'motor_dead_zone_v': {'from': 0.0, 'to': 1.2, 'tolerance': 0.1}}
@@ -186,7 +190,7 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
     }
     calls: list[tuple] = []
     monkeypatch.setattr(
-        adapt,
+        offline,
         'reidentify',
         lambda run_dir, opts, first, log: (
             calls.append(('identify', first)) or found,
@@ -196,8 +200,8 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
     # The re-training's best: a later step, or (kept_start) the policy it started from.
     best = {'best': {'step': 1 if case == 'kept_start' else 20_000}}
     monkeypatch.setattr(
-        adapt,
-        '_retrain',
+        offline,
+        'retrain',
         lambda a, name, rig, init, k, rnd: calls.append((name, rig, init, k)) or best,
     )
     monkeypatch.setattr(adapt, '_versioned', lambda src, dst, version, rate: dst / 'p')
@@ -209,10 +213,10 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
         return better
 
     monkeypatch.setattr(Adapt, 'deploy', deploy)
-    loop.phases = [{'phase': adapt.PHASES[2], 'rig_seconds': 60.0}]
+    loop.phases = [{'phase': PHASES[2], 'rig_seconds': 60.0}]
     loop.rig_s = 200.0
     # Room for another deployment and the final one (RESERVE_FACTOR of it), or just short.
-    room = (1.0 + adapt.RESERVE_FACTOR) * 60.0
+    room = (1.0 + budget.RESERVE_FACTOR) * 60.0
     budget = 200.0 + (room if case != 'no_room' else room - 6.0)
     first = loop.run_dir / run_files.IDENTIFIED_RIG
     against = _report([330.0, 340.0], [0.4, 0.5])
@@ -227,13 +231,13 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
         return
     assert list(done['moved']) == ['motor_dead_zone_v']
     again = loop.run_dir / run_files.REIDENTIFIED_RIG
-    warm = loop.run_dir / adapt.PHASES[1] / run_files.POLICY
-    assert calls[1] == (adapt.AGAIN[0], again, warm, 2)
+    warm = loop.run_dir / PHASES[1] / run_files.POLICY
+    assert calls[1] == (AGAIN[0], again, warm, 2)
     if case == 'kept_start':  # the same policy as the first candidate: not deployed again
         assert len(calls) == 2 and done['candidate'] is None and 'report' not in done, done
         assert 'found nothing better than its start' in done['why']
         return
-    assert calls[2] == (adapt.AGAIN[1], loop.run_dir / 'candidate_again' / 'p')
+    assert calls[2] == (AGAIN[1], loop.run_dir / 'candidate_again' / 'p')
     assert done['verdict'] == 'promoted' and done['report'] is better
     assert done['candidate']['policy_version'] == 2001
     # Judged against what goes on: against a deployment as good, it is not promoted.
@@ -293,6 +297,7 @@ def test_the_fine_tune_starts_from_what_the_guard_promoted_and_from_nothing_else
     from what goes on, and a fine-tune-less run reports that policy's deployment.
     """
     from rip_control import adapt
+    from rip_control.adapting import budget, offline
     from rip_control.run_files import packaged_policy
 
     prior = packaged_policy(50.0)
@@ -324,15 +329,15 @@ def test_the_fine_tune_starts_from_what_the_guard_promoted_and_from_nothing_else
         return {}  # no episode fitted: what goes on is the result
 
     monkeypatch.setattr(Adapt, 'deploy', deploy)
-    monkeypatch.setattr(adapt, 'identify', lambda opts, log: {'fitted': {}})
+    monkeypatch.setattr(offline, 'identify', lambda opts, log: {'fitted': {}})
     monkeypatch.setattr(
-        adapt,
-        '_retrain',
+        offline,
+        'retrain',
         lambda *args: {'steps': 1, 'wall_s': 1.0, 'stopped_by': 'stub', 'best': None},
     )
     monkeypatch.setattr(adapt, '_versioned', lambda src, dst, version, rate: dst / 'p')
     monkeypatch.setattr(adapt, '_again', again)
-    monkeypatch.setattr(adapt, 'finetune_within_budget', finetune)
+    monkeypatch.setattr(budget, 'finetune_within_budget', finetune)
     monkeypatch.setattr(adapt, '_plot', lambda path, summary: None)
     own = {
         **defaults(adapt.OPTIONS),
@@ -371,7 +376,8 @@ def test_the_fine_tunes_guard_evaluates_on_three_deployment_length_episodes_unle
     tmp_path, given
 ) -> None:
     """The fine-tune's guard settings: adapt's own, or the user's where typed or in the file."""
-    from rip_control.adapt import FINETUNE_EVAL_EPISODES, OPTIONS, _guard_settings
+    from rip_control.adapt import OPTIONS
+    from rip_control.adapting.budget import FINETUNE_EVAL_EPISODES, guard_settings
 
     own = {p.name: p.default for p in OPTIONS}
     own['deployment_episode_seconds'] = 7.0
@@ -385,7 +391,7 @@ def test_the_fine_tunes_guard_evaluates_on_three_deployment_length_episodes_unle
             '    eval_episodes: 5\n    eval_episode_seconds: 4.5\n'
         )
         runner['params_file'] = str(params)
-    got = _guard_settings(Adapt(own, runner, stream=False))
+    got = guard_settings(Adapt(own, runner, stream=False))
     want = {
         'nothing': {'eval_episodes': FINETUNE_EVAL_EPISODES, 'eval_episode_seconds': 7.0},
         'typed': {'eval_episodes': 2, 'eval_episode_seconds': 0.0},

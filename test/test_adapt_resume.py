@@ -18,7 +18,8 @@ import pytest
 from ros2_cli import argv
 
 from rip_control import adapt as adapt_module
-from rip_control.adapt import AGAIN, PHASES, SUMMARY, Adapt, main, split_arguments
+from rip_control.adapt import main, split_arguments
+from rip_control.adapting.record import AGAIN, PHASES, SUMMARY, Adapt
 from rip_control.procs import child_env
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,0 +1,137 @@
+"""Judging what a phase deployed: the guard's rule on deployments, "shown better", the records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rip_control.adapting.record import Adapt, balances, mean_of
+
+
+def judge(a: Adapt, prior: dict[str, Any], candidate: dict[str, Any]) -> Any:
+    """The regression guard's verdict on the candidate's deployment against the prior's.
+
+    The guard's own rule and margins (the control node's ``eval_margin`` and
+    ``eval_balance_margin``), fed each deployment's mean return and mean longest balance
+    instead of one evaluation episode's.
+    """
+    from rip_control.rt.gate import PolicyGate
+
+    gate: PolicyGate[Any] = PolicyGate(
+        every=1,
+        margin=float(a.control['eval_margin']),
+        balance_margin=float(a.control['eval_balance_margin']),
+    )
+
+    def scores(report: dict[str, Any]) -> tuple[float, float]:
+        return mean_of([float(e['ret']) for e in report['episodes']]), mean_of(balances(report))
+
+    before, after = _Version(0), _Version(1)
+    gate.start(before)
+    gate.next_episode(before)  # the baseline: the prior
+    gate.judge(*scores(prior))
+    gate.finish_training()
+    is_evaluation, judged = gate.next_episode(after)
+    assert is_evaluation and judged is after
+    return gate.judge(*scores(candidate))
+
+
+class _Version:
+    """What the gate needs of an actor: a version."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+
+
+@dataclass(frozen=True)
+class _NotShownBetter:
+    """A guard's promotion overruled: the second candidate did not show it is better."""
+
+    reason: str
+    kind: str = 'rejected'
+
+
+def shown_better(verdict: Any, report: dict[str, Any], against: dict[str, Any]) -> Any:
+    """``verdict`` if ``report``'s balance beats ``against``'s with its 90 % interval above 0.
+
+    Otherwise a rejection that gives the difference and its interval (Welch's t over the two
+    deployments' episodes, :func:`rip_control.run.evaluation.difference_interval`; with one
+    episode each there is no interval, and nothing is shown).
+    """
+    from rip_control.run.evaluation import difference_interval
+
+    d = difference_interval(balances(report), balances(against))
+    if d['ci90_low'] is not None and d['ci90_low'] > 0.0:
+        return verdict
+    shown = (
+        f', 90 % interval {d["ci90_low"]:+.2f} to {d["ci90_high"]:+.2f} s'
+        if d['ci90_low'] is not None
+        else ' (one episode each: no interval)'
+    )
+    return _NotShownBetter(
+        f'not shown better than the first re-trained policy: balance {d["mean"]:+.2f} s{shown}'
+    )
+
+
+def candidate_record(version: int, verdict: Any, report: dict[str, Any]) -> dict[str, Any]:
+    """The summary's record of a candidate: its version, the guard's verdict, its balances.
+
+    With its deployment's measures and their 90 % intervals.
+    """
+    from rip_control.run.evaluation import deployment_measures
+
+    return {
+        'policy_version': version,
+        'verdict': verdict.kind,
+        'reason': verdict.reason,
+        'balance_s': mean_of(balances(report)),
+        'episodes_s': balances(report),
+        'measures': deployment_measures(report['episodes']),
+    }
+
+
+def log_verdict(a: Adapt, name: str, verdict: Any, promoted: str, otherwise: str) -> None:
+    """The verdict on ``name``'s policy, and which policy the loop goes on from."""
+    went_on = promoted if verdict.kind == 'promoted' else otherwise
+    a.log(
+        f'{name}: {verdict.kind}'
+        + (f' ({verdict.reason})' if verdict.reason else '')
+        + f': the loop goes on from the {went_on} policy'
+    )
+
+
+def deployment_record(
+    own: dict[str, Any], prior: dict[str, Any], adapted: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The summary's ``deployment``: the prior's deployment, and the adapted's once deployed.
+
+    The mean balances and their per-episode lists, and each deployment's measures with their
+    90 % intervals (:func:`rip_control.run.evaluation.deployment_measures`).
+    """
+    from rip_control.run.evaluation import deployment_measures
+
+    out: dict[str, Any] = {
+        'episodes': own['deployment_episodes'],
+        'episode_seconds': own['deployment_episode_seconds'],
+        'prior_balance_s': mean_of(balances(prior)),
+    }
+    if adapted is not None:
+        out['adapted_balance_s'] = mean_of(balances(adapted))
+    out['prior_episodes_s'] = balances(prior)
+    if adapted is not None:
+        out['adapted_episodes_s'] = balances(adapted)
+    out['prior_measures'] = deployment_measures(prior['episodes'])
+    if adapted is not None:
+        out['adapted_measures'] = deployment_measures(adapted['episodes'])
+    return out
+
+
+def gain(final: dict[str, Any], start: dict[str, Any]) -> dict[str, Any]:
+    """What the fine-tune on the rig added, with its 90 % interval.
+
+    The final deployment's balance over the deployment of the policy the fine-tune started
+    from: two samples of one rig.
+    """
+    from rip_control.run.evaluation import difference_interval
+
+    return difference_interval(balances(final), balances(start))

@@ -158,6 +158,44 @@ def load(
         data = path.read_bytes()
     except OSError as exc:
         raise BufferRejected(f'cannot read replay buffer {path}: {exc}') from exc
+    md, meta = _read_meta(path, data)
+    version = md['format_version']
+    if not math.isclose(meta.rate_hz, rate_hz, rel_tol=1e-9):
+        raise BufferRejected(
+            f'{path} was collected at {meta.rate_hz:g} Hz but this learner runs at '
+            f'{rate_hz:g} Hz: transitions from another rate teach the wrong dynamics'
+        )
+    obs_size = meta.obs_size if obs_size is None else obs_size
+    action_size = meta.action_size if action_size is None else action_size
+    if (meta.obs_size, meta.action_size) != (obs_size, action_size):
+        raise BufferRejected(
+            f'{path} holds obs/action sizes {meta.obs_size}/{meta.action_size}, '
+            f'expected {obs_size}/{action_size}'
+        )
+    try:
+        arrays = st_load(data)
+    except Exception as exc:  # noqa: BLE001 - the library raises several types for bad bytes
+        raise BufferRejected(f'{path} is corrupt or truncated: {exc}') from exc
+    names = FIELDS if version == '1' else FIELDS + PROVENANCE
+    if set(arrays) != set(names):
+        raise BufferRejected(f'{path} holds tensors {sorted(arrays)}, expected {sorted(names)}')
+    _check_shapes(path, arrays, names, meta.count, obs_size, action_size)
+    signed = md if version not in ('1', '2') else None
+    if md.get('sha256') != _digest(arrays, names, signed):
+        raise BufferRejected(f'{path}: checksum mismatch, the file is corrupt')
+    for name in names:
+        if not np.isfinite(arrays[name]).all():
+            raise BufferRejected(f'{path}: non-finite values in {name}')
+    why = _outside_the_task(arrays)
+    if why:
+        raise BufferRejected(f'{path}: {why}')
+    if version == '1':
+        arrays.update(unknown_provenance(meta.count))
+    return arrays, meta
+
+
+def _read_meta(path: Path, data: bytes) -> tuple[dict[str, str], BufferMeta]:
+    """A buffer file's metadata strings and typed meta; refused if not a readable buffer."""
     try:
         md = read_metadata(data)
     except PolicyRejected as exc:
@@ -180,26 +218,18 @@ def load(
         )
     except (KeyError, ValueError) as exc:
         raise BufferRejected(f'{path}: malformed metadata: {exc!r}') from exc
-    if not math.isclose(meta.rate_hz, rate_hz, rel_tol=1e-9):
-        raise BufferRejected(
-            f'{path} was collected at {meta.rate_hz:g} Hz but this learner runs at '
-            f'{rate_hz:g} Hz: transitions from another rate teach the wrong dynamics'
-        )
-    obs_size = meta.obs_size if obs_size is None else obs_size
-    action_size = meta.action_size if action_size is None else action_size
-    if (meta.obs_size, meta.action_size) != (obs_size, action_size):
-        raise BufferRejected(
-            f'{path} holds obs/action sizes {meta.obs_size}/{meta.action_size}, '
-            f'expected {obs_size}/{action_size}'
-        )
-    try:
-        arrays = st_load(data)
-    except Exception as exc:  # noqa: BLE001 - the library raises several types for bad bytes
-        raise BufferRejected(f'{path} is corrupt or truncated: {exc}') from exc
-    names = FIELDS if version == '1' else FIELDS + PROVENANCE
-    if set(arrays) != set(names):
-        raise BufferRejected(f'{path} holds tensors {sorted(arrays)}, expected {sorted(names)}')
-    n = meta.count
+    return md, meta
+
+
+def _check_shapes(
+    path: Path,
+    arrays: dict[str, np.ndarray],
+    names: tuple[str, ...],
+    n: int,
+    obs_size: int,
+    action_size: int,
+) -> None:
+    """Refuse tensors of another shape or type than ``n`` transitions of these sizes hold."""
     shapes = {
         'observations': (n, obs_size),
         'next_observations': (n, obs_size),
@@ -220,18 +250,6 @@ def load(
                 f'{path}: {name} is {arrays[name].dtype}{arrays[name].shape}, '
                 f'expected float64({n},)'
             )
-    signed = md if version not in ('1', '2') else None
-    if md.get('sha256') != _digest(arrays, names, signed):
-        raise BufferRejected(f'{path}: checksum mismatch, the file is corrupt')
-    for name in names:
-        if not np.isfinite(arrays[name]).all():
-            raise BufferRejected(f'{path}: non-finite values in {name}')
-    why = _outside_the_task(arrays)
-    if why:
-        raise BufferRejected(f'{path}: {why}')
-    if version == '1':
-        arrays.update(unknown_provenance(n))
-    return arrays, meta
 
 
 def _outside_the_task(arrays: dict[str, np.ndarray]) -> str:

@@ -249,6 +249,16 @@ def decode_actor(
         process's weights slot).
     """
     md = read_metadata(data)
+    meta = _policy_meta(md)
+    _check_meta(meta, rate_hz, obs_size, action_size, action_history, min_version)
+    if fits is not None:
+        fits(meta)
+    tensors = _checked_tensors(data, tensor_shapes(obs_size, action_size, meta.hidden_sizes))
+    return NumpyActor(meta, tensors, md)
+
+
+def _policy_meta(md: dict[str, str]) -> PolicyMeta:
+    """The metadata of a file of this format and architecture, typed."""
     if md.get('format') != FORMAT or md.get('format_version') != FORMAT_VERSION:
         raise PolicyRejected(
             f'unknown weights format {md.get("format")!r} v{md.get("format_version")!r}, '
@@ -270,6 +280,18 @@ def decode_actor(
         )
     except (KeyError, ValueError, OverflowError) as exc:
         raise PolicyRejected(f'malformed weights metadata: {exc!r}'[:300]) from exc
+    return meta
+
+
+def _check_meta(
+    meta: PolicyMeta,
+    rate_hz: float,
+    obs_size: int,
+    action_size: int,
+    action_history: int,
+    min_version: int | None,
+) -> None:
+    """Refuse weights this node cannot run: rate, action history, sizes, version, bounds."""
     if not math.isclose(meta.rate_hz, rate_hz, rel_tol=1e-9):
         raise PolicyRejected(
             f'weights were trained at {meta.rate_hz:g} Hz but this node runs at {rate_hz:g} Hz'
@@ -305,13 +327,14 @@ def decode_actor(
             f'hidden sizes {list(hidden)} are outside the bounds: 1 to {HIDDEN_LAYERS_MAX} '
             f'layers of 1 to {HIDDEN_SIZE_MAX} units'
         )
-    if fits is not None:
-        fits(meta)
+
+
+def _checked_tensors(data: bytes, expected: dict[str, tuple]) -> dict[str, np.ndarray]:
+    """The tensors, each of its expected shape, float32, finite and within the weight bound."""
     try:
         tensors = st_load(data)
     except Exception as exc:  # noqa: BLE001 - the library raises several types for bad bytes
         raise PolicyRejected(f'weights are not valid safetensors: {exc}') from exc
-    expected = tensor_shapes(obs_size, action_size, meta.hidden_sizes)
     if set(tensors) != set(expected):
         raise PolicyRejected(
             f'weights hold tensors {sorted(tensors)}, expected {sorted(expected)}'
@@ -330,7 +353,7 @@ def decode_actor(
                 f'tensor {name} holds a weight of magnitude {peak:.3g}, beyond the bound '
                 f'{WEIGHT_ABS_MAX:g}'
             )
-    return NumpyActor(meta, tensors, md)
+    return tensors
 
 
 def load_actor_file(

@@ -146,54 +146,17 @@ class ControlDiagnostics:
             level, message = DiagnosticStatus.ERROR, f'real-time process lost: {rt_lost}'
         if rate_hz is not None and rt is not None:
             st = rt.status
-            values.update(
-                target_rate_hz=rate_hz,
-                policy_version=st.policy_version,
-                policy_age_s=(time.monotonic() - st.policy_swapped_at_s)
-                if st.policy_swapped_at_s
-                else -1.0,
-                policy_swap_max_ms=st.swap_max_s * 1e3,
-                weights_accepted=weights.accepted,
-                weights_rejected=weights.rejected,
-                last_weights_rejection=weights.last_rejection or 'none',
-                live_policy_version=weights.live_version,
-                best_policy_version=weights.best_version,
-                best_eval_return=weights.best_score,
-                guard_promoted=weights.promoted,
-                guard_rejected=weights.rejected_by_guard,
-                last_guard_verdict=weights.last_verdict,
-                transitions_published=outputs.published if outputs else 0,
-                transitions_subscribers=outputs.subscribers() if outputs else 0,
-                transitions_unmatched=outputs.unmatched if outputs else 0,
-                transitions_unsent=outputs.unsent if outputs else 0,
-                files_unwritten=outputs.unwritten if outputs else 0,
-                last_file_error=(outputs.last_file_error if outputs else '') or 'none',
-                control_process=f'pid {rt.pid} ({describe_exit(rt.poll())})',
-                realtime=', '.join(realtime_notes),
-                control_thread_fifo=fifo,
-            )
+            values.update(_process_values(rate_hz, rt, weights, outputs, realtime_notes, fifo))
             if st.activation > activation_base:
                 rate = self.rate.update(st.ticks, st.last_tick_s, time.monotonic())
                 values.update(_loop_values(st, rate))
-                if rt_lost:
-                    pass
-                elif st.violations or fault is not None:
-                    level = DiagnosticStatus.ERROR
-                    message = f'stopped: {fault_name(fault)}: {fault}' if fault else 'violation'
-                elif (
-                    state == 'active'
-                    and self.rate.settled
-                    and abs(rate - rate_hz) > 0.01 * rate_hz
-                ):
-                    level, message = DiagnosticStatus.WARN, f'tick rate {rate:.2f} Hz'
-                elif (
-                    st.serial_errors
-                    or st.serial_bad_frames
-                    or st.serial_bytes_skipped
-                    or weights.rejected
-                ):
-                    level = DiagnosticStatus.WARN
-                    message = 'serial errors, line noise or rejected weights'
+                verdict = (
+                    None
+                    if rt_lost
+                    else _verdict(st, fault, state, rate, rate_hz, self.rate.settled, weights)
+                )
+                if verdict is not None:
+                    level, message = verdict
                 self.rate.reported(state == 'active')
         status.level = level
         status.message = message
@@ -202,3 +165,65 @@ class ControlDiagnostics:
         arr.header.stamp = node.get_clock().now().to_msg()
         arr.status = [status]
         self._pub.publish(arr)
+
+
+def _process_values(
+    rate_hz: float,
+    rt: RtProcess,
+    weights: WeightsIntake,
+    outputs: LoopOutputs | None,
+    realtime_notes: list[str],
+    fifo: bool,
+) -> dict[str, Any]:
+    """The configured loop's figures: policy, weights and guard, outputs, the process."""
+    st = rt.status
+    return dict(
+        target_rate_hz=rate_hz,
+        policy_version=st.policy_version,
+        policy_age_s=(time.monotonic() - st.policy_swapped_at_s)
+        if st.policy_swapped_at_s
+        else -1.0,
+        policy_swap_max_ms=st.swap_max_s * 1e3,
+        weights_accepted=weights.accepted,
+        weights_rejected=weights.rejected,
+        last_weights_rejection=weights.last_rejection or 'none',
+        live_policy_version=weights.live_version,
+        best_policy_version=weights.best_version,
+        best_eval_return=weights.best_score,
+        guard_promoted=weights.promoted,
+        guard_rejected=weights.rejected_by_guard,
+        last_guard_verdict=weights.last_verdict,
+        transitions_published=outputs.published if outputs else 0,
+        transitions_subscribers=outputs.subscribers() if outputs else 0,
+        transitions_unmatched=outputs.unmatched if outputs else 0,
+        transitions_unsent=outputs.unsent if outputs else 0,
+        files_unwritten=outputs.unwritten if outputs else 0,
+        last_file_error=(outputs.last_file_error if outputs else '') or 'none',
+        control_process=f'pid {rt.pid} ({describe_exit(rt.poll())})',
+        realtime=', '.join(realtime_notes),
+        control_thread_fifo=fifo,
+    )
+
+
+def _verdict(
+    st: Any,
+    fault: BaseException | None,
+    state: str,
+    rate: float,
+    rate_hz: float,
+    settled: bool,
+    weights: WeightsIntake,
+) -> tuple[Any, str] | None:
+    """The report's level and message for a running activation (None: all is well).
+
+    ``settled``: the tick rate has been measured long enough to be judged.
+    """
+    if st.violations or fault is not None:
+        return DiagnosticStatus.ERROR, (
+            f'stopped: {fault_name(fault)}: {fault}' if fault else 'violation'
+        )
+    if state == 'active' and settled and abs(rate - rate_hz) > 0.01 * rate_hz:
+        return DiagnosticStatus.WARN, f'tick rate {rate:.2f} Hz'
+    if st.serial_errors or st.serial_bad_frames or st.serial_bytes_skipped or weights.rejected:
+        return DiagnosticStatus.WARN, 'serial errors, line noise or rejected weights'
+    return None

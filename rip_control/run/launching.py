@@ -440,6 +440,19 @@ def plan(
         check_run_dir_is_free(run_dir, str(learner.get('resume_buffer') or ''))
     else:
         control.update(stochastic_actions=False, allow_random_policy=False, eval_every_episodes=0)
+    emulators, controls = _rig_specs(control, values, ports, link, rigs)
+    specs.extend(emulators)
+    if learn:
+        specs.append(ProcessSpec('learner', 'learner_node', 'rip_learner', params=learner))
+    specs.extend(controls)
+    return specs, values
+
+
+def _rig_specs(
+    control: dict[str, Any], values: dict[str, Any], ports: list[str], link: str, rigs: int
+) -> tuple[list[ProcessSpec], list[ProcessSpec]]:
+    """Each rig's emulator (where no serial port is given) and control node."""
+    specs: list[ProcessSpec] = []
     controls = []
     for i in range(rigs):
         one = rigs == 1
@@ -476,10 +489,7 @@ def plan(
                 remaps={} if one else dict(RIG_REMAPS),
             )
         )
-    if learn:
-        specs.append(ProcessSpec('learner', 'learner_node', 'rip_learner', params=learner))
-    specs.extend(controls)
-    return specs, values
+    return specs, controls
 
 
 def recorded_action_history(policy: str, fallback: int) -> int:
@@ -541,6 +551,12 @@ def preflight(
     error names the argument, the value and what is accepted. It writes nothing but the C
     firmware's host build when ``rig_firmware:=c`` asks for it.
     """
+    _check_rig(values, ports)
+    _check_files(control, learner, learn)
+
+
+def _check_rig(values: dict[str, Any], ports: list[str]) -> None:
+    """The serial ports exist; the rig file passes the emulator's check; the C host builds."""
     for port in ports:
         if not os.path.exists(port):
             raise ValueError(
@@ -577,6 +593,10 @@ def preflight(
             build_host_binary()
         except FirmwareNotBuilt as exc:
             raise ValueError(f'rig_firmware:=c: {exc}') from None
+
+
+def _check_files(control: dict[str, Any], learner: dict[str, Any], learn: bool) -> None:
+    """The nodes agree on rate and action history; the policy and a resumed buffer load."""
     rate_hz = float(control['rate_hz'])
     if float(learner['rate_hz']) != rate_hz:
         raise ValueError(

@@ -51,25 +51,7 @@ def summarise(
         'episode_returns': [e['return'] for e in eps],
         'balance_s': [e['balance_s'] for e in eps],
         'policy_versions': [int(e['policy_version']) for e in eps],
-        'evaluations': [
-            {
-                'episode': int(e['episode']),
-                'policy_version': int(e['policy_version']),
-                'return': e['return'],
-                'balance_s': e['balance_s'],
-                'verdict': VERDICTS[int(e['verdict'])],
-                # What the verdict judged: the means over the evaluation's episodes (None
-                # before its last episode, ``pending``).
-                'judged_return': finite_or_none(e.get('eval_score')),
-                'judged_balance_s': finite_or_none(e.get('eval_balance_s')),
-                # The bars it was judged against (None for the baseline, which sets them)
-                # and, for a rejection, the one it missed.
-                'bar': finite_or_none(e.get('eval_bar')),
-                'balance_bar_s': finite_or_none(e.get('eval_balance_bar_s')),
-                'rejected_for': episode_rejection(e),
-            }
-            for e in monitor.evaluations
-        ],
+        'evaluations': [_evaluation(e) for e in evs],
         'live_policy_version': int(evs[-1]['live_version']) if evs else None,
         'best_policy_version': int(evs[-1]['best_version']) if evs else None,
         'best_eval_return': evs[-1]['best_score'] if evs else None,
@@ -94,6 +76,34 @@ def summarise(
             stats.update(overrun_causes(z['overrun_s'][1:], z['prev_work_s'][1:], 1.0 / rate_hz))
             summary['ticks'] = stats
             plots(run_dir, z['dt_s'][1:], rate_hz, eps)
+    print('\n== summary ==\n' + '\n'.join(_lines(summary, monitor, resumed)), flush=True)
+    return summary
+
+
+def _evaluation(e: dict[str, Any]) -> dict[str, Any]:
+    """One guard evaluation episode, as the summary records it."""
+    return {
+        'episode': int(e['episode']),
+        'policy_version': int(e['policy_version']),
+        'return': e['return'],
+        'balance_s': e['balance_s'],
+        'verdict': VERDICTS[int(e['verdict'])],
+        # What the verdict judged: the means over the evaluation's episodes (None
+        # before its last episode, ``pending``).
+        'judged_return': finite_or_none(e.get('eval_score')),
+        'judged_balance_s': finite_or_none(e.get('eval_balance_s')),
+        # The bars it was judged against (None for the baseline, which sets them)
+        # and, for a rejection, the one it missed.
+        'bar': finite_or_none(e.get('eval_bar')),
+        'balance_bar_s': finite_or_none(e.get('eval_balance_bar_s')),
+        'rejected_for': episode_rejection(e),
+    }
+
+
+def _lines(summary: dict[str, Any], monitor: RigMonitor, resumed: str) -> list[str]:
+    """The summary's printed lines."""
+    run_dir, rate_hz = summary['run_dir'], summary['rate_hz']
+    eps, evs = monitor.episodes, monitor.evaluations
     rate = summary.get('ticks', {}).get('measured_rate_hz', float('nan'))
     lines = [f'run folder      {run_dir}']
     if monitor.learner:
@@ -128,8 +138,7 @@ def summarise(
             f'v{summary["live_policy_version"]}, best v{summary["best_policy_version"]} '
             f'(evaluation return {summary["best_eval_return"]:.2f}, {run_files.POLICY_BEST})'
         )
-    print('\n== summary ==\n' + '\n'.join(lines), flush=True)
-    return summary
+    return lines
 
 
 def plots(run_dir: Path, dt_s: Any, rate_hz: float, eps: list[dict[str, float]]) -> None:

@@ -37,7 +37,7 @@ import yaml
 
 from rip_bench.arms import arm_parameters, sac_config, safeguards
 from rip_bench.common import DEFAULT_POLICY, add_deployment_arguments, add_run_arguments
-from rip_control.rt.gate import PolicyGate
+from rip_control.rt.guard import RegressionGuard
 
 NAME = 'sim-finetune'
 HELP = "the fine-tune's learning side on a simulated rig (minutes)"
@@ -60,7 +60,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class _Version:
-    """What the gate needs of an actor: its version."""
+    """What the guard needs of an actor: its version."""
 
     version: int
 
@@ -136,7 +136,7 @@ def run_one(a: argparse.Namespace, seed: int, runs: Path) -> dict[str, Any]:
         fast.set_smoothness_reference(model.actor)
     k, batch = int(lp['gradient_steps']), int(lp['batch_size'])
     starts, warmup = int(lp['learning_starts']), g['critic_warmup_updates']
-    gate: PolicyGate[_Version] = PolicyGate(
+    guard: RegressionGuard[_Version] = RegressionGuard(
         int(control['eval_every_episodes']),
         float(control['eval_margin']),
         float(control.get('eval_best_margin', 0.0)),
@@ -150,10 +150,10 @@ def run_one(a: argparse.Namespace, seed: int, runs: Path) -> dict[str, Any]:
     evaluations: list[dict[str, Any]] = []
     episodes: list[dict[str, Any]] = []
     best = copy.deepcopy(live)  # what a deployment takes: policy_best
-    if gate.enabled:
-        gate.start(_Version(0))
-        gate.next_episode(_Version(0))
-        gate.judge(baseline['return'], baseline['balance_s'])
+    if guard.enabled:
+        guard.start(_Version(0))
+        guard.next_episode(_Version(0))
+        guard.judge(baseline['return'], baseline['balance_s'])
     stored = updates = actor_updates = 0
     t0 = time.monotonic()
     for ep in range(a.episodes):
@@ -188,14 +188,14 @@ def run_one(a: argparse.Namespace, seed: int, runs: Path) -> dict[str, Any]:
                 break
         episodes.append({'return': ret, 'balance_s': longest / rate, 'updates': updates})
         line = f'[seed {seed}] episode {ep:3d}: return {ret:7.2f}, balance {longest / rate:5.2f} s'
-        if gate.enabled:
+        if guard.enabled:
             # As the control loop asks it: the newest actor (its version: the actor updates so
             # far) is evaluated only if newer than the live and the last judged one.
-            gate.finish_training()
-            evaluate, _ = gate.next_episode(_Version(actor_updates))
+            guard.finish_training()
+            evaluate, _ = guard.next_episode(_Version(actor_updates))
             if evaluate:
                 e = _evaluate(model.actor, params, eval_s, 1, 10_000 + seed + ep + 1)
-                v = gate.judge(e['return'], e['balance_s'])
+                v = guard.judge(e['return'], e['balance_s'])
                 if v.kind == 'promoted':
                     live = copy.deepcopy(model.actor)
                 if v.new_best:

@@ -18,7 +18,7 @@ its own (``--help`` lists both); ``ros2 launch rip_control finetune.launch.py ad
    from the current policy, for at most ``retrain_minutes``.
 4. ``2_candidate``, on the rig: the re-trained policy deployed as in phase 1 and judged
    against the prior's deployment by the regression guard's own rule
-   (:class:`rip_control.rt.gate.PolicyGate`, the control node's ``eval_margin`` and
+   (:class:`rip_control.rt.guard.RegressionGuard`, the control node's ``eval_margin`` and
    ``eval_balance_margin``): it drives the rest of the loop only if promoted. Judged as
    re-trained, before any update on the rig can move it.
    With ``reidentify`` (the default) the physics is identified again from the baseline's

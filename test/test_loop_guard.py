@@ -71,12 +71,12 @@ def test_evaluations_send_their_transitions_count_for_nothing_and_only_the_live_
                 **LENIENT,
             )
             box = _Box(_actor(1))
-            gate = cfg.gate()
-            gate.start(box.actor)
+            guard = cfg.guard()
+            guard.start(box.actor)
             transitions: Outbox[Transition] = Outbox(100_000, holdback=2)
             episodes: Outbox[EpisodeSummary] = Outbox(100)
             ticks: Outbox[TickSample] = Outbox(100_000)
-            loop = ControlLoop(env, cfg, box, transitions, ticks, episodes, gate=gate)
+            loop = ControlLoop(env, cfg, box, transitions, ticks, episodes, guard=guard)
             done: list[EpisodeSummary] = []
 
             def after_tick() -> None:  # the newest actor arrives once the baseline is done
@@ -104,7 +104,7 @@ def test_evaluations_send_their_transitions_count_for_nothing_and_only_the_live_
     # The guard judged each evaluation on its return and its longest balance (all of it, here),
     # and the summaries carry the bars: 75 % of the baseline's balance.
     assert [e.balance_s for e in evals] == [pytest.approx(eval_steps / 50.0)] * 2
-    assert gate.last is not None and gate.last.balance_s == evals[-1].balance_s
+    assert guard.last is not None and guard.last.balance_s == evals[-1].balance_s
     assert evals[0].balance_reference_s == evals[0].balance_s
     assert evals[1].eval_balance_bar_s == pytest.approx(0.75 * evals[0].balance_s)
     # Each evaluation ran its own length (a mean action of 0 never reaches the arm limit).
@@ -191,7 +191,7 @@ def test_an_evaluation_of_two_episodes_drives_the_candidate_twice_and_judges_the
 
     v2 arrives during the baseline and v3 during v2's evaluation: each evaluation's episodes
     are all its own actor's, the verdict comes at its last episode, on the means of what the
-    gate was told.
+    guard was told.
     """
     import math
 
@@ -205,20 +205,20 @@ def test_an_evaluation_of_two_episodes_drives_the_candidate_twice_and_judges_the
                 episodes=2, eval_every_episodes=1, eval_episodes=2, **LENIENT
             )
             box = _Box(_actor(1))
-            gate = cfg.gate()
-            gate.start(box.actor)
+            guard = cfg.guard()
+            guard.start(box.actor)
             told: list[tuple[float, float]] = []
-            judge = gate.judge
+            judge = guard.judge
 
-            def recording(score: float, balance_s: float):  # what the loop tells the gate
+            def recording(score: float, balance_s: float):  # what the loop tells the guard
                 told.append((score, balance_s))
                 return judge(score, balance_s)
 
-            gate.judge = recording  # type: ignore[method-assign]
+            guard.judge = recording  # type: ignore[method-assign]
             transitions: Outbox[Transition] = Outbox(100_000, holdback=2)
             episodes: Outbox[EpisodeSummary] = Outbox(100)
             ticks: Outbox[TickSample] = Outbox(100_000)
-            loop = ControlLoop(env, cfg, box, transitions, ticks, episodes, gate=gate)
+            loop = ControlLoop(env, cfg, box, transitions, ticks, episodes, guard=guard)
             done: list[EpisodeSummary] = []
 
             def after_tick() -> None:
@@ -248,7 +248,7 @@ def test_an_evaluation_of_two_episodes_drives_the_candidate_twice_and_judges_the
     assert len(told) == 4
     evaluations = ((done[0], done[1]), (done[3], done[4]))
     for (first, last), pair in zip(evaluations, (told[:2], told[2:]), strict=True):
-        # The gate was told each episode's own figures, and judged on their means.
+        # The guard was told each episode's own figures, and judged on their means.
         assert pair == [
             (first.episode_return, first.balance_s),
             (last.episode_return, last.balance_s),

@@ -15,9 +15,9 @@ def judge(a: Adapt, prior: dict[str, Any], candidate: dict[str, Any]) -> Any:
     ``eval_balance_margin``), fed each deployment's mean return and mean longest balance
     instead of one evaluation episode's.
     """
-    from rip_control.rt.gate import PolicyGate
+    from rip_control.rt.guard import RegressionGuard
 
-    gate: PolicyGate[Any] = PolicyGate(
+    guard: RegressionGuard[Any] = RegressionGuard(
         every=1,
         margin=float(a.control['eval_margin']),
         balance_margin=float(a.control['eval_balance_margin']),
@@ -27,17 +27,17 @@ def judge(a: Adapt, prior: dict[str, Any], candidate: dict[str, Any]) -> Any:
         return mean_of([float(e['ret']) for e in report['episodes']]), mean_of(balances(report))
 
     before, after = _Version(0), _Version(1)
-    gate.start(before)
-    gate.next_episode(before)  # the baseline: the prior
-    gate.judge(*scores(prior))
-    gate.finish_training()
-    is_evaluation, judged = gate.next_episode(after)
+    guard.start(before)
+    guard.next_episode(before)  # the baseline: the prior
+    guard.judge(*scores(prior))
+    guard.finish_training()
+    is_evaluation, judged = guard.next_episode(after)
     assert is_evaluation and judged is after
-    return gate.judge(*scores(candidate))
+    return guard.judge(*scores(candidate))
 
 
 class _Version:
-    """What the gate needs of an actor: a version."""
+    """What the guard needs of an actor: a version."""
 
     def __init__(self, version: int) -> None:
         self.version = version

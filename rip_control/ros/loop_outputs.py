@@ -32,7 +32,7 @@ from rip_control.ros.qos import (
     TRANSITIONS,
     TRANSITIONS_QOS,
 )
-from rip_control.rt.gate import MISSED, VERDICTS
+from rip_control.rt.guard import MISSED, VERDICTS
 from rip_control.rt.link import RtStatus
 from rip_control.rt.loop import EpisodeSummary
 from rip_control.telemetry import EPISODE_KINDS, EpisodeTiming, TimingCsv

@@ -18,7 +18,7 @@ from rip_control import run_files
 from rip_control.files import atomic_write_bytes
 from rip_control.policy import MAX_HEADER_BYTES, PolicyRejected, decode_actor, read_metadata
 from rip_control.rig.env import ACTION_SIZE, TaskConfig
-from rip_control.rt.gate import rejection_reason
+from rip_control.rt.guard import rejection_reason
 from rip_control.rt.handle import RtProcess
 from rip_control.rt.loop import EpisodeSummary
 

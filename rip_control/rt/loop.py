@@ -36,7 +36,7 @@ from rip_control.rig.client import (
 from rip_control.rig.env import RealRotaryInvertedPendulumEnv
 from rip_control.rig.excitation import Excitation, ExcitationDesign
 from rip_control.rig.protocol import ErrorCode
-from rip_control.rt.gate import PolicyGate
+from rip_control.rt.guard import RegressionGuard
 from rip_control.rt.outbox import Outbox
 from rip_control.rt.pacer import Pacer, TickTiming
 from rip_control.rt.watchdog import OverrunWatchdog, TimingViolation
@@ -111,13 +111,13 @@ class LoopConfig(FromParams):
     :param fault_tick_delay_s: FAULT INJECTION for tests, never on a rig: stretch every tick's
         work by this long once ``fault_after_ticks`` ticks have run (0: off).
     :param fault_after_ticks: see ``fault_tick_delay_s``.
-    :param eval_every_episodes: the regression guard (:mod:`rip_control.rt.gate`): a newer
+    :param eval_every_episodes: the regression guard (:mod:`rip_control.rt.guard`): a newer
         actor is evaluated after this many training episodes and drives only if it passes
         (0: off, the newest actor drives at once).
     :param eval_margin: how far below the best evaluation return a candidate may score and
         still go live, as a fraction of it.
     :param eval_best_margin: how far above the best evaluation return a candidate must score
-        to become the best (:class:`~rip_control.rt.gate.PolicyGate`).
+        to become the best (:class:`~rip_control.rt.guard.RegressionGuard`).
     :param eval_balance_margin: how far below the longest balance an evaluation that went
         live has shown a candidate's may be and still go live, as a fraction of it (1: no
         requirement).
@@ -155,7 +155,7 @@ class LoopConfig(FromParams):
     spin_s: float = 0.001
 
     def __post_init__(self) -> None:
-        self.gate()  # raises on bad values
+        self.guard()  # raises on bad values
         if not self.eval_episode_s >= 0:
             raise ValueError(f'eval_episode_s must be >= 0, got {self.eval_episode_s}')
         if not self.timing_violation_threshold_s > 0:
@@ -174,9 +174,9 @@ class LoopConfig(FromParams):
         if not 0.0 <= self.train_noise_scale <= 1.0:
             raise ValueError(f'train_noise_scale must be in [0, 1], got {self.train_noise_scale}')
 
-    def gate(self) -> PolicyGate[NumpyActor]:
+    def guard(self) -> RegressionGuard[NumpyActor]:
         """A regression guard with these settings."""
-        return PolicyGate(
+        return RegressionGuard(
             self.eval_every_episodes,
             self.eval_margin,
             self.eval_best_margin,
@@ -288,7 +288,7 @@ class ControlLoop:
     :param train_episodes_done: training episodes earlier activations ran: ``episodes``
         counts over all of them, so a re-activation runs only those still owed.
     :param excitation_episodes_done: excitation episodes earlier activations ran (likewise).
-    :param gate: the regression guard's state, kept across activations by the caller
+    :param guard: the regression guard's state, kept across activations by the caller
         (default: a new one from ``config``).
     """
 
@@ -302,11 +302,11 @@ class ControlLoop:
         episodes: Outbox[EpisodeSummary],
         first_episode: int = 0,
         train_episodes_done: int = 0,
-        gate: PolicyGate[NumpyActor] | None = None,
+        guard: RegressionGuard[NumpyActor] | None = None,
         excitation_episodes_done: int = 0,
     ) -> None:
         self.env = env
-        self.gate: PolicyGate[NumpyActor] = gate or config.gate()
+        self.guard: RegressionGuard[NumpyActor] = guard or config.guard()
         self.first_episode = first_episode
         self.train_episodes_done = train_episodes_done
         self.excitation_episodes_done = excitation_episodes_done
@@ -450,11 +450,11 @@ class ControlLoop:
             if self._excitation_owed():
                 self._episode = _Episode(settled=self._settled, kind='excitation')
             else:
-                evaluation, actor = self.gate.next_episode(self.snapshot.read_from_rt())
+                evaluation, actor = self.guard.next_episode(self.snapshot.read_from_rt())
                 self._episode = _Episode(
                     settled=self._settled,
                     kind='evaluation' if evaluation else 'training',
-                    actor=actor if self.gate.enabled else None,
+                    actor=actor if self.guard.enabled else None,
                 )
             self._enter(Phase.EPISODE)
             self._act()
@@ -556,16 +556,16 @@ class ControlLoop:
         episode.published += 1
 
     def _finish_episode(self, episode: _Episode, terminated: bool, st: LoopStatus) -> None:
-        gate = self.gate
+        guard = self.guard
         verdict = None
         balance_s = episode.best_balance_ticks * self.env.config.period_s
         if episode.evaluation:
-            verdict = gate.judge(episode.ret, balance_s)
+            verdict = guard.judge(episode.ret, balance_s)
             st.eval_episodes += 1
         elif episode.kind == 'excitation':
             st.excitation_episodes += 1
         else:
-            gate.finish_training()
+            guard.finish_training()
             st.train_episodes += 1
         summary = EpisodeSummary(
             episode=self.first_episode + st.episodes,
@@ -590,10 +590,10 @@ class ControlLoop:
             eval_balance_s=(
                 verdict.balance_s if verdict and verdict.kind != 'pending' else math.nan
             ),
-            live_version=gate.live_version,
-            best_version=gate.best_version,
-            best_score=gate.best_score,
-            balance_reference_s=gate.balance_reference_s,
+            live_version=guard.live_version,
+            best_version=guard.best_version,
+            best_score=guard.best_score,
+            balance_reference_s=guard.balance_reference_s,
         )
         st.episodes += 1
         self.episodes_out.push_from_rt(summary)

@@ -37,7 +37,7 @@ from rip_control.procs import request_parent_death_signal
 from rip_control.rig.client import LowLevelClient, RigError
 from rip_control.rig.env import RealRotaryInvertedPendulumEnv, TaskConfig
 from rip_control.rt.channels import SharedMemory
-from rip_control.rt.gate import PolicyGate
+from rip_control.rt.guard import RegressionGuard
 from rip_control.rt.link import (
     TICK_RECORD,
     ChannelSizes,
@@ -159,7 +159,7 @@ class RtControl:
         self.task = config.task
         self.loop_config = config.loop
         # The regression guard's live actor and best evaluation outlive an activation.
-        self.gate: PolicyGate[NumpyActor] = self.loop_config.gate()
+        self.guard: RegressionGuard[NumpyActor] = self.loop_config.guard()
         self.config = config
         self.node_timeout_s = config.node_timeout_s
         self.status = RtStatus()
@@ -328,7 +328,7 @@ class RtControl:
             episodes,
             first_episode=first_episode,
             train_episodes_done=train_episodes_done,
-            gate=self.gate,
+            guard=self.guard,
             excitation_episodes_done=excitation_episodes_done,
         )
         self.status.activation += 1
@@ -457,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, handlers=[_EventLog(rt)], force=True)
     rt.write_status()
     try:
-        rt.gate.start(rt.swap_weights())
+        rt.guard.start(rt.swap_weights())
     except (AssertionError, ValueError) as exc:
         rt.event('failed', message=f'no usable initial weights in the shared memory ({exc})')
         return EXIT_START_FAILED

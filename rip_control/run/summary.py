@@ -9,7 +9,7 @@ from typing import Any
 
 from rip_control import run_files
 from rip_control.files import atomic_write_bytes
-from rip_control.rt.gate import VERDICTS
+from rip_control.rt.guard import VERDICTS
 from rip_control.run.supervisor import RigMonitor, episode_rejection
 
 

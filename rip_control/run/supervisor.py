@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 from rip_control.params import CONTROL_PARAMETERS, Param, parse_options, table_by_name
-from rip_control.rt.gate import MISSED, VERDICTS, rejection_reason
+from rip_control.rt.guard import MISSED, VERDICTS, rejection_reason
 from rip_control.run.launching import LAUNCH_ARGUMENT_BY_NAME
 from rip_control.signals import StopRequested, StopSignals
 from rip_control.telemetry import EPISODE_KINDS

@@ -21,7 +21,7 @@ from typing import Generic, Protocol, TypeVar
 
 
 class VersionedActor(Protocol):
-    """What the gate needs of an actor (the loop's :class:`~rip_control.policy.NumpyActor`)."""
+    """What the guard needs of an actor (the loop's :class:`~rip_control.policy.NumpyActor`)."""
 
     @property
     def version(self) -> int:
@@ -85,7 +85,7 @@ def rejection_reason(
     return ''
 
 
-class PolicyGate(Generic[A]):
+class RegressionGuard(Generic[A]):
     """Keeps the live actor and the best evaluation, and schedules evaluations.
 
     :param every: evaluate a newer actor after this many training episodes (0: no guard, the

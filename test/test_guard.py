@@ -1,4 +1,4 @@
-"""The regression guard's decisions (:mod:`rip_control.rt.gate`), without a rig or ROS."""
+"""The regression guard's decisions (:mod:`rip_control.rt.guard`), without a rig or ROS."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from rip_control.rt.gate import PolicyGate
+from rip_control.rt.guard import RegressionGuard
 
 
 @dataclass(frozen=True)
@@ -16,112 +16,112 @@ class _Actor:
 
 
 def test_off_the_newest_actor_always_drives_and_nothing_is_evaluated() -> None:
-    gate: PolicyGate[_Actor] = PolicyGate(every=0)
-    assert gate.next_episode(_Actor(0)) == (False, _Actor(0))
-    assert gate.next_episode(_Actor(7)) == (False, _Actor(7))
-    assert gate.live_version == -1
+    guard: RegressionGuard[_Actor] = RegressionGuard(every=0)
+    assert guard.next_episode(_Actor(0)) == (False, _Actor(0))
+    assert guard.next_episode(_Actor(7)) == (False, _Actor(7))
+    assert guard.live_version == -1
 
 
 def test_the_initial_actor_is_measured_first_then_trains() -> None:
-    gate: PolicyGate[_Actor] = PolicyGate(every=1)
+    guard: RegressionGuard[_Actor] = RegressionGuard(every=1)
     first = _Actor(0)
-    assert gate.next_episode(first) == (True, first)
-    v = gate.judge(200.0, 0.0)
+    assert guard.next_episode(first) == (True, first)
+    v = guard.judge(200.0, 0.0)
     assert (v.kind, v.version, v.new_best) == ('baseline', 0, True)
     assert math.isnan(v.bar)
-    assert gate.next_episode(first) == (False, first)  # nothing newer: train
+    assert guard.next_episode(first) == (False, first)  # nothing newer: train
 
 
 def test_a_worse_candidate_never_drives_and_is_not_evaluated_twice() -> None:
-    gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.05)
-    gate.next_episode(_Actor(0))
-    gate.judge(200.0, 0.0)
-    gate.next_episode(_Actor(0))
-    gate.finish_training()
+    guard: RegressionGuard[_Actor] = RegressionGuard(every=1, margin=0.05)
+    guard.next_episode(_Actor(0))
+    guard.judge(200.0, 0.0)
+    guard.next_episode(_Actor(0))
+    guard.finish_training()
     bad = _Actor(3)
-    assert gate.next_episode(bad) == (True, bad)
-    v = gate.judge(150.0, 0.0)
+    assert guard.next_episode(bad) == (True, bad)
+    v = guard.judge(150.0, 0.0)
     assert (v.kind, v.bar) == ('rejected', pytest.approx(190.0))
-    assert gate.live_version == 0
-    gate.finish_training()
+    assert guard.live_version == 0
+    guard.finish_training()
     # The same rejected version is not evaluated again: the live actor keeps training.
-    assert gate.next_episode(bad) == (False, _Actor(0))
-    gate.finish_training()
+    assert guard.next_episode(bad) == (False, _Actor(0))
+    guard.finish_training()
     newer = _Actor(4)
-    assert gate.next_episode(newer) == (True, newer)
+    assert guard.next_episode(newer) == (True, newer)
 
 
 def test_within_the_margin_goes_live_but_the_best_stays_the_bar() -> None:
-    gate: PolicyGate[_Actor] = PolicyGate(every=2, margin=0.05)
-    gate.next_episode(_Actor(0))
-    gate.judge(200.0, 0.0)
-    gate.finish_training()
+    guard: RegressionGuard[_Actor] = RegressionGuard(every=2, margin=0.05)
+    guard.next_episode(_Actor(0))
+    guard.judge(200.0, 0.0)
+    guard.finish_training()
     # One training episode since the evaluation: not yet (every=2).
-    assert gate.next_episode(_Actor(1)) == (False, _Actor(0))
-    gate.finish_training()
-    assert gate.next_episode(_Actor(1)) == (True, _Actor(1))
-    v = gate.judge(195.0, 0.0)
+    assert guard.next_episode(_Actor(1)) == (False, _Actor(0))
+    guard.finish_training()
+    assert guard.next_episode(_Actor(1)) == (True, _Actor(1))
+    v = guard.judge(195.0, 0.0)
     assert (v.kind, v.new_best) == ('promoted', False)
-    assert (gate.live_version, gate.best_version, gate.best_score) == (1, 0, 200.0)
-    gate.finish_training()
-    gate.finish_training()
-    gate.next_episode(_Actor(2))
+    assert (guard.live_version, guard.best_version, guard.best_score) == (1, 0, 200.0)
+    guard.finish_training()
+    guard.finish_training()
+    guard.next_episode(_Actor(2))
     # 189 is within 5 % of the live one (195) but not of the best (200): no slow slide.
-    assert gate.judge(189.0, 0.0).kind == 'rejected'
-    gate.finish_training()
-    gate.finish_training()
-    gate.next_episode(_Actor(3))
-    v = gate.judge(230.0, 0.0)
-    assert (v.kind, v.new_best, gate.best_version) == ('promoted', True, 3)
+    assert guard.judge(189.0, 0.0).kind == 'rejected'
+    guard.finish_training()
+    guard.finish_training()
+    guard.next_episode(_Actor(3))
+    v = guard.judge(230.0, 0.0)
+    assert (v.kind, v.new_best, guard.best_version) == ('promoted', True, 3)
 
 
 def test_a_non_finite_return_is_a_rejection() -> None:
-    gate: PolicyGate[_Actor] = PolicyGate(every=1)
-    gate.next_episode(_Actor(0))
-    gate.judge(10.0, 0.0)
-    gate.finish_training()
-    gate.next_episode(_Actor(1))
-    assert gate.judge(math.nan, 0.0).kind == 'rejected'
+    guard: RegressionGuard[_Actor] = RegressionGuard(every=1)
+    guard.next_episode(_Actor(0))
+    guard.judge(10.0, 0.0)
+    guard.finish_training()
+    guard.next_episode(_Actor(1))
+    assert guard.judge(math.nan, 0.0).kind == 'rejected'
 
 
 @pytest.mark.parametrize(('every', 'margin'), [(-1, 0.05), (1, -0.1), (1, 1.0)])
 def test_bad_settings_are_refused_by_name(every: int, margin: float) -> None:
     with pytest.raises(ValueError, match='eval_every_episodes|eval_margin'):
-        PolicyGate(every, margin)
+        RegressionGuard(every, margin)
 
 
 def test_an_actor_arriving_before_the_first_episode_is_a_candidate_not_the_baseline() -> None:
-    gate: PolicyGate[_Actor] = PolicyGate(every=1)
-    gate.start(_Actor(1))  # what the process started with
+    guard: RegressionGuard[_Actor] = RegressionGuard(every=1)
+    guard.start(_Actor(1))  # what the process started with
     # A re-configured node gets the learner's newest at once: it must not skip the bar.
-    assert gate.next_episode(_Actor(9)) == (True, _Actor(1))
-    assert gate.judge(100.0, 0.0).kind == 'baseline'
-    gate.finish_training()
-    assert gate.next_episode(_Actor(9)) == (True, _Actor(9))
-    assert gate.judge(10.0, 0.0).kind == 'rejected'
-    assert gate.live_version == 1
+    assert guard.next_episode(_Actor(9)) == (True, _Actor(1))
+    assert guard.judge(100.0, 0.0).kind == 'baseline'
+    guard.finish_training()
+    assert guard.next_episode(_Actor(9)) == (True, _Actor(9))
+    assert guard.judge(10.0, 0.0).kind == 'rejected'
+    assert guard.live_version == 1
 
 
 def test_after_a_non_finite_baseline_any_finite_candidate_passes() -> None:
-    gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.0)
-    gate.start(_Actor(0))
-    gate.next_episode(_Actor(0))
-    gate.judge(math.inf * -1, 0.0)
-    gate.finish_training()
-    gate.next_episode(_Actor(1))
-    assert gate.judge(-5.0, 0.0).kind == 'promoted'
+    guard: RegressionGuard[_Actor] = RegressionGuard(every=1, margin=0.0)
+    guard.start(_Actor(0))
+    guard.next_episode(_Actor(0))
+    guard.judge(math.inf * -1, 0.0)
+    guard.finish_training()
+    guard.next_episode(_Actor(1))
+    assert guard.judge(-5.0, 0.0).kind == 'promoted'
 
 
 def test_a_tie_won_by_noise_drives_but_does_not_become_the_best() -> None:
-    gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.05, best_margin=0.02)
-    gate.next_episode(_Actor(0))
-    gate.judge(200.0, 0.0)
+    guard: RegressionGuard[_Actor] = RegressionGuard(every=1, margin=0.05, best_margin=0.02)
+    guard.next_episode(_Actor(0))
+    guard.judge(200.0, 0.0)
     verdicts = []
     for version, score in ((1, 203.0), (2, 204.5), (3, 190.0)):
-        gate.finish_training()
-        assert gate.next_episode(_Actor(version)) == (True, _Actor(version))
-        v = gate.judge(score, 0.0)
-        verdicts.append((v.kind, v.new_best, gate.best_version, gate.live_version))
+        guard.finish_training()
+        assert guard.next_episode(_Actor(version)) == (True, _Actor(version))
+        v = guard.judge(score, 0.0)
+        verdicts.append((v.kind, v.new_best, guard.best_version, guard.live_version))
     # 203 is within the noise (< 204): live, not best; 204.5 beats 200 by more than 2 %: best;
     # 190 is within 5 % of 204.5 (>= 194.3)? No: rejected, the best and the live stay.
     assert verdicts == [
@@ -130,91 +130,93 @@ def test_a_tie_won_by_noise_drives_but_does_not_become_the_best() -> None:
         ('rejected', False, 2, 2),
     ]
     with pytest.raises(ValueError, match='eval_best_margin must be in'):
-        PolicyGate(1, 0.05, best_margin=1.0)
+        RegressionGuard(1, 0.05, best_margin=1.0)
 
 
 def test_a_candidate_that_returns_enough_but_does_not_balance_never_drives() -> None:
     # The worn rig's case: 230 against a best of 240 (within 5 %), but 1.58 s of balance
     # against the best's 4.30 s. Return alone let it drive; the balance bar does not.
-    gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.05, balance_margin=0.25)
-    gate.next_episode(_Actor(0))
-    assert math.isnan(gate.judge(240.0, balance_s=4.30).balance_bar_s)  # the baseline
+    guard: RegressionGuard[_Actor] = RegressionGuard(every=1, margin=0.05, balance_margin=0.25)
+    guard.next_episode(_Actor(0))
+    assert math.isnan(guard.judge(240.0, balance_s=4.30).balance_bar_s)  # the baseline
     verdicts = []
     for version, score, balance in ((1, 230.0, 3.74), (2, 230.0, 1.58), (3, 200.0, 4.5)):
-        gate.finish_training()
-        assert gate.next_episode(_Actor(version)) == (True, _Actor(version))
-        v = gate.judge(score, balance_s=balance)
-        verdicts.append((v.kind, gate.live_version, v.reason))
-    assert gate.last is not None and gate.last.balance_bar_s == pytest.approx(0.75 * 4.30)
+        guard.finish_training()
+        assert guard.next_episode(_Actor(version)) == (True, _Actor(version))
+        v = guard.judge(score, balance_s=balance)
+        verdicts.append((v.kind, guard.live_version, v.reason))
+    assert guard.last is not None and guard.last.balance_bar_s == pytest.approx(0.75 * 4.30)
     assert verdicts == [
         ('promoted', 1, ''),  # 3.74 s >= 3.225 s
         ('rejected', 1, 'balance 1.580 s below the bar 3.225 s'),
         ('rejected', 1, 'return 200.00 below the bar 228.00'),  # a long balance is not enough
     ]
     # The reference is the longest balance that went live (4.30 s), not the live one's (3.74 s).
-    assert (gate.best_version, gate.balance_reference_s) == (0, 4.30)
+    assert (guard.best_version, guard.balance_reference_s) == (0, 4.30)
 
 
 def test_without_a_balance_margin_return_alone_decides() -> None:
-    gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.05)  # balance_margin 1: off
-    gate.next_episode(_Actor(0))
-    gate.judge(240.0, balance_s=4.30)
-    gate.finish_training()
-    gate.next_episode(_Actor(1))
-    assert gate.judge(230.0, balance_s=0.0).kind == 'promoted'
+    guard: RegressionGuard[_Actor] = RegressionGuard(every=1, margin=0.05)  # balance_margin 1: off
+    guard.next_episode(_Actor(0))
+    guard.judge(240.0, balance_s=4.30)
+    guard.finish_training()
+    guard.next_episode(_Actor(1))
+    assert guard.judge(230.0, balance_s=0.0).kind == 'promoted'
     with pytest.raises(ValueError, match=r'eval_balance_margin must be in \[0, 1\], got 1.5'):
-        PolicyGate(1, 0.05, balance_margin=1.5)
+        RegressionGuard(1, 0.05, balance_margin=1.5)
 
 
 def test_the_balance_reference_only_rises_so_the_bar_cannot_slide() -> None:
     # Each new best returns more but balances 75 % as long: were the reference the best's own
     # balance, the bar would go 3.0 -> 2.25 -> 1.69 s. It stays at 75 % of the longest.
-    gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.05, balance_margin=0.25)
-    gate.next_episode(_Actor(0))
-    gate.judge(100.0, 4.0)
+    guard: RegressionGuard[_Actor] = RegressionGuard(every=1, margin=0.05, balance_margin=0.25)
+    guard.next_episode(_Actor(0))
+    guard.judge(100.0, 4.0)
     bars = []
     for version, score, balance in ((1, 110.0, 3.0), (2, 120.0, 2.9), (3, 130.0, 2.2)):
-        gate.finish_training()
-        gate.next_episode(_Actor(version))
-        v = gate.judge(score, balance)
+        guard.finish_training()
+        guard.next_episode(_Actor(version))
+        v = guard.judge(score, balance)
         bars.append((v.kind, v.balance_bar_s, v.missed))
     assert bars == [
         ('promoted', 3.0, ''),
         ('rejected', 3.0, 'balance'),
         ('rejected', 3.0, 'balance'),
     ]
-    assert (gate.best_version, gate.live_version) == (1, 1)
+    assert (guard.best_version, guard.live_version) == (1, 1)
 
 
 def test_a_baseline_that_never_swung_up_is_raised_by_the_first_that_does() -> None:
     # A baseline that failed its swing-up (0.16 s) sets no useful balance bar; the first
     # candidate that goes live balancing 5.4 s does, even if it is not a new best by return.
-    gate: PolicyGate[_Actor] = PolicyGate(
+    guard: RegressionGuard[_Actor] = RegressionGuard(
         every=1, margin=0.05, best_margin=0.5, balance_margin=0.25
     )
-    gate.next_episode(_Actor(0))
-    gate.judge(171.0, 0.16)
-    gate.finish_training()
-    gate.next_episode(_Actor(1))
-    assert gate.judge(200.0, 5.4).new_best is False  # not 50 % better: not the best
-    gate.finish_training()
-    gate.next_episode(_Actor(2))
-    v = gate.judge(200.0, 1.0)
+    guard.next_episode(_Actor(0))
+    guard.judge(171.0, 0.16)
+    guard.finish_training()
+    guard.next_episode(_Actor(1))
+    assert guard.judge(200.0, 5.4).new_best is False  # not 50 % better: not the best
+    guard.finish_training()
+    guard.next_episode(_Actor(2))
+    v = guard.judge(200.0, 1.0)
     assert (v.kind, v.missed, v.balance_bar_s) == ('rejected', 'balance', pytest.approx(4.05))
 
 
 def test_non_finite_figures_from_an_evaluation() -> None:
-    gate: PolicyGate[_Actor] = PolicyGate(every=1, best_margin=0.02, balance_margin=0.25)
-    gate.next_episode(_Actor(0))
-    gate.judge(math.nan, math.nan)  # a broken baseline: -inf, and no balance
-    gate.finish_training()
-    gate.next_episode(_Actor(1))
-    v = gate.judge(50.0, math.inf)  # any finite return beats it and becomes the best
+    guard: RegressionGuard[_Actor] = RegressionGuard(
+        every=1, best_margin=0.02, balance_margin=0.25
+    )
+    guard.next_episode(_Actor(0))
+    guard.judge(math.nan, math.nan)  # a broken baseline: -inf, and no balance
+    guard.finish_training()
+    guard.next_episode(_Actor(1))
+    v = guard.judge(50.0, math.inf)  # any finite return beats it and becomes the best
     assert (v.kind, v.new_best, v.balance_s) == ('promoted', True, 0.0)
-    assert (gate.best_version, gate.best_score) == (1, 50.0)
-    gate.finish_training()
-    gate.next_episode(_Actor(2))
-    v = gate.judge(math.inf, 1.0)
+    assert (guard.best_version, guard.best_score) == (1, 50.0)
+    guard.finish_training()
+    guard.next_episode(_Actor(2))
+    v = guard.judge(math.inf, 1.0)
     assert (v.kind, v.missed) == ('rejected', 'return')
     assert v.reason == 'return -inf below the bar 47.50'
 
@@ -225,42 +227,44 @@ def test_an_evaluation_of_three_episodes_is_judged_on_their_means() -> None:
     One lucky episode does not promote (a single-episode guard would have), and one bad
     episode does not reject a candidate whose mean clears the bars.
     """
-    gate: PolicyGate[_Actor] = PolicyGate(every=1, margin=0.05, balance_margin=0.25, episodes=3)
+    guard: RegressionGuard[_Actor] = RegressionGuard(
+        every=1, margin=0.05, balance_margin=0.25, episodes=3
+    )
     first, lucky, steady = _Actor(0), _Actor(1), _Actor(2)
     for ret in (200.0, 210.0):  # the baseline: three episodes of the initial actor
-        assert gate.next_episode(first) == (True, first)
-        assert gate.judge(ret, 5.0).kind == 'pending'
-        assert gate.best_version == -1 and math.isnan(gate.best_score)
-    assert gate.next_episode(first) == (True, first)
-    v = gate.judge(190.0, 5.0)
+        assert guard.next_episode(first) == (True, first)
+        assert guard.judge(ret, 5.0).kind == 'pending'
+        assert guard.best_version == -1 and math.isnan(guard.best_score)
+    assert guard.next_episode(first) == (True, first)
+    v = guard.judge(190.0, 5.0)
     assert (v.kind, v.score, v.balance_s) == ('baseline', pytest.approx(200.0), 5.0)
-    gate.finish_training()
+    guard.finish_training()
     # A newer actor arriving mid-evaluation waits: the evaluation under way goes on.
-    assert gate.next_episode(lucky) == (True, lucky)
-    pending = gate.judge(400.0, 9.0)  # one lucky episode
+    assert guard.next_episode(lucky) == (True, lucky)
+    pending = guard.judge(400.0, 9.0)  # one lucky episode
     assert (pending.kind, pending.new_best, pending.version) == ('pending', False, 1)
-    assert gate.next_episode(steady) == (True, lucky)  # still lucky's evaluation
-    gate.judge(100.0, 1.0)
-    assert gate.next_episode(steady) == (True, lucky)
-    v = gate.judge(80.0, 1.0)  # mean return 193.3 clears 190; mean balance 3.67 misses 3.75
+    assert guard.next_episode(steady) == (True, lucky)  # still lucky's evaluation
+    guard.judge(100.0, 1.0)
+    assert guard.next_episode(steady) == (True, lucky)
+    v = guard.judge(80.0, 1.0)  # mean return 193.3 clears 190; mean balance 3.67 misses 3.75
     assert (v.kind, v.missed) == ('rejected', 'balance')
     assert v.balance_s == pytest.approx(11.0 / 3.0) and v.score == pytest.approx(580.0 / 3.0)
-    assert gate.live_version == 0 and gate.rejected == 1
-    gate.finish_training()
-    assert gate.next_episode(steady) == (True, steady)
+    assert guard.live_version == 0 and guard.rejected == 1
+    guard.finish_training()
+    assert guard.next_episode(steady) == (True, steady)
     for ret, bal in ((220.0, 5.0), (150.0, 2.0)):  # one bad episode among good ones
-        assert gate.judge(ret, bal).kind == 'pending'
-        assert gate.next_episode(steady) == (True, steady)
-    v = gate.judge(230.0, 6.0)
+        assert guard.judge(ret, bal).kind == 'pending'
+        assert guard.next_episode(steady) == (True, steady)
+    v = guard.judge(230.0, 6.0)
     assert (v.kind, v.score) == ('promoted', pytest.approx(200.0))
-    assert gate.live_version == 2
-    gate.finish_training()
-    assert gate.next_episode(steady) == (False, steady)  # nothing newer: training
+    assert guard.live_version == 2
+    guard.finish_training()
+    assert guard.next_episode(steady) == (False, steady)  # nothing newer: training
 
 
 def test_eval_episodes_below_one_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match='eval_episodes must be >= 1, got 0'):
-        PolicyGate(every=1, episodes=0)
+        RegressionGuard(every=1, episodes=0)
 
 
 def _summary(verdict: str, ret: float, balance: float, **judged: float):

@@ -16,8 +16,8 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rip_control.ros.loop_outputs import LoopOutputs
 from rip_control.ros.qos import DIAGNOSTICS, STATUS_QOS
 from rip_control.ros.weights_intake import WeightsIntake
-from rip_control.rt.handle import RtProcess, describe_exit
-from rip_control.rt.link import RtStatus
+from rip_control.rt.handle import RtHandle, describe_exit
+from rip_control.rt.layout import RtStatus
 
 
 def fault_name(exc: BaseException) -> str:
@@ -110,7 +110,7 @@ class ControlDiagnostics:
         *,
         state: str,
         rate_hz: float | None,
-        rt: RtProcess | None,
+        rt: RtHandle | None,
         activation_base: int,
         rt_lost: str,
         fault: BaseException | None,
@@ -169,7 +169,7 @@ class ControlDiagnostics:
 
 def _process_values(
     rate_hz: float,
-    rt: RtProcess,
+    rt: RtHandle,
     weights: WeightsIntake,
     outputs: LoopOutputs | None,
     realtime_notes: list[str],

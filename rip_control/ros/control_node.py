@@ -6,7 +6,7 @@ The control loop does not run in this process. At configure the node starts a re
 process of its own (:mod:`rip_control.rt.process`: one Python thread, SCHED_FIFO, pinned,
 memory locked, no rclpy) that opens the rig and runs pacing, serial I/O, the policy, the
 3-strike rule, episodes and resets. The two share memory only
-(:mod:`rip_control.rt.link`), through channels that never block the real-time side.
+(:mod:`rip_control.rt.layout`), through channels that never block the real-time side.
 
 Threads of this process:
 
@@ -64,8 +64,8 @@ from rip_control.ros.loop_outputs import LoopOutputs
 from rip_control.ros.node_params import declare
 from rip_control.ros.qos import POLICY_WEIGHTS, WEIGHTS_QOS
 from rip_control.ros.weights_intake import WeightsIntake
-from rip_control.rt.handle import RtProcess, RtStartFailed, describe_exit
-from rip_control.rt.link import RtStatus
+from rip_control.rt.handle import RtHandle, RtStartFailed, describe_exit
+from rip_control.rt.layout import RtStatus
 from rip_control.rt.loop import EpisodeSummary
 from rip_control.rt.realtime import is_fifo, set_fifo
 from rip_control.transitions import field_layout
@@ -86,7 +86,7 @@ class ControlNode(LifecycleNode):
         super().__init__(node_name, **kwargs)
         declare(self, CONTROL_PARAMETERS)
         self._settings: NodeSettings | None = None
-        self._rt: RtProcess | None = None
+        self._rt: RtHandle | None = None
         # The rig confirmed the motor off and nothing engaged it since (configure or a
         # confirmed disengage sets it; activate clears it).
         self._motor_confirmed_off = True
@@ -155,7 +155,7 @@ class ControlNode(LifecycleNode):
         except (ValueError, PolicyRejected, OSError) as exc:
             self.get_logger().error(f'configure failed: {exc}')
             return TransitionCallbackReturn.FAILURE
-        rt = RtProcess(
+        rt = RtHandle(
             s.rt_config(),
             actor=actor,
             transition_floats=sum(n for _, n in field_layout(s.task.obs_size, ACTION_SIZE)),
@@ -503,7 +503,7 @@ class ControlNode(LifecycleNode):
             if not self._rt_lost:
                 self._watch(rt)
 
-    def _watch(self, rt: RtProcess) -> None:
+    def _watch(self, rt: RtHandle) -> None:
         """The hung-loop watchdog and the death check, on the process's own clock stamps."""
         s = self._settings
         assert s is not None

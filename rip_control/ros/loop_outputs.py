@@ -33,7 +33,7 @@ from rip_control.ros.qos import (
     TRANSITIONS_QOS,
 )
 from rip_control.rt.guard import MISSED, VERDICTS
-from rip_control.rt.link import RtStatus
+from rip_control.rt.layout import RtStatus
 from rip_control.rt.loop import EpisodeSummary
 from rip_control.telemetry import EPISODE_KINDS, EpisodeTiming, TimingCsv
 from rip_control.transitions import field_layout, run_tagged

@@ -19,7 +19,7 @@ from rip_control.files import atomic_write_bytes
 from rip_control.policy import MAX_HEADER_BYTES, PolicyRejected, decode_actor, read_metadata
 from rip_control.rig.env import ACTION_SIZE, TaskConfig
 from rip_control.rt.guard import rejection_reason
-from rip_control.rt.handle import RtProcess
+from rip_control.rt.handle import RtHandle
 from rip_control.rt.loop import EpisodeSummary
 
 # A safetensors file holds its arrays and a JSON header of at most this (policy.py's bound).
@@ -103,7 +103,7 @@ class WeightsIntake:
             line += f'; saved as {run_dir / run_files.POLICY_BEST}'
         return line
 
-    def take(self, data: Sequence[int], rt: RtProcess, task: TaskConfig, run_id: str = '') -> bool:
+    def take(self, data: Sequence[int], rt: RtHandle, task: TaskConfig, run_id: str = '') -> bool:
         """Validate ``data`` and hand it to ``rt`` (it swaps at its next tick); whether it did.
 
         :param data: the message's bytes (its ``data`` field as received: its size is checked

@@ -1,6 +1,6 @@
 """The node's side of its real-time process: start it, talk to it, watch it, end it.
 
-:class:`RtProcess` owns the child process and the shared mapping. Its ``*_from_pump``
+:class:`RtHandle` owns the child process and the shared mapping. Its ``*_from_pump``
 methods are for the node's one pump thread (each ring has exactly one consumer); the others
 may be called from any node thread.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 from rip_control.policy import NumpyActor, PolicyMeta, PolicyRejected
 from rip_control.rt.channels import SharedMemory
-from rip_control.rt.link import (
+from rip_control.rt.layout import (
     TICK_RECORD,
     ChannelSizes,
     RtChannels,
@@ -55,7 +55,7 @@ def describe_exit(code: int | None) -> str:
     return f'exited with status {code}'
 
 
-class RtProcess:
+class RtHandle:
     """A real-time control process and the channels to it.
 
     :param config: what the process runs with.

@@ -1,7 +1,7 @@
 """The real-time control process: one Python thread that runs the control loop.
 
 ``python -m rip_control.rt.process --fd N --config JSON --sizes JSON --parent-pid PID`` -
-started by the control node at configure (:class:`rip_control.rt.handle.RtProcess`, with an
+started by the control node at configure (:class:`rip_control.rt.handle.RtHandle`, with an
 :class:`RtConfig`), never by hand.
 
 The problem it solves: a control thread inside the node process shares the GIL with the
@@ -10,7 +10,7 @@ preempted, the control thread is released on time by the kernel and then waits. 
 loop owns its interpreter. The process has exactly one thread (BLAS pools are limited to
 one by the environment the node gives it) and imports neither rclpy nor DDS.
 
-Everything it shares with the node goes through :class:`rip_control.rt.link.RtChannels`
+Everything it shares with the node goes through :class:`rip_control.rt.layout.RtChannels`
 and never blocks: commands and weights in, events, transitions, tick samples and a status
 record (with the heartbeat the node's hung-loop watchdog watches) out.
 
@@ -38,7 +38,7 @@ from rip_control.rig.client import LowLevelClient, RigError
 from rip_control.rig.env import RealRotaryInvertedPendulumEnv, TaskConfig
 from rip_control.rt.channels import SharedMemory
 from rip_control.rt.guard import RegressionGuard
-from rip_control.rt.link import (
+from rip_control.rt.layout import (
     TICK_RECORD,
     ChannelSizes,
     RtChannels,

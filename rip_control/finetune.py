@@ -23,6 +23,7 @@ critics, else from the pre-trained policy shipped for the rate
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 import json
 import os
 from pathlib import Path
@@ -120,18 +121,27 @@ def run(
         stops.restore()
 
 
-def _run(
-    args: dict[str, str],
-    stops: StopSignals,
-    stream_logs: bool,
-    learn: bool,
-    observe: Callable[[Any, str], Callable[[], bool]] | None,
-    complete: Callable[[int], bool] | None,
-) -> dict[str, Any]:
-    import rclpy
-    from rclpy.signals import SignalHandlerOptions
+@dataclass(frozen=True)
+class _RunPlan:
+    """The planned processes, and what the runner reads of them."""
 
-    rng, domain = ensure_loopback_dds()
+    specs: list[ProcessSpec]
+    values: dict[str, Any]
+    control_specs: list[ProcessSpec]  # one per rig
+    learner_spec: ProcessSpec | None  # None: a deployment, no learning
+    rate_hz: float
+    run_dir: Path
+    episodes: int  # 0: unlimited
+    resumed: str  # the replay buffer the learner resumes ('' for a fresh one)
+
+    @property
+    def control_spec(self) -> ProcessSpec:
+        """The first rig's control node (the run's rate, episodes and policy)."""
+        return self.control_specs[0]
+
+
+def _plan_run(args: dict[str, str], learn: bool) -> _RunPlan:
+    """Plan the processes; create the run folders and point each rig's tick trace there."""
     specs, values = plan(args, pid=os.getpid(), learn=learn)
     control_specs = [s for s in specs if s.executable == 'control_node']
     control_spec = control_specs[0]
@@ -145,25 +155,50 @@ def _run(
         spec.params['tick_trace'] = str(spec_dir / run_files.TICK_TRACE)
     episodes = int(control_spec.params['episodes'])
     resumed = str(learner_spec.params.get('resume_buffer', '')) if learner_spec else ''
+    return _RunPlan(
+        specs, values, control_specs, learner_spec, rate_hz, run_dir, episodes, resumed
+    )
+
+
+def _announce(run: _RunPlan, learn: bool, dds: str) -> None:
+    """Print the run's one-line description: rate, episodes, rig, DDS, learning."""
+    control_spec, learner_spec, values = run.control_spec, run.learner_spec, run.values
     what = (
         f'K={learner_spec.params.get("gradient_steps")}, '
-        + (f'resuming buffer {resumed}' if resumed else 'fresh buffer')
+        + (f'resuming buffer {run.resumed}' if run.resumed else 'fresh buffer')
         if learner_spec
         else f'no learning, deterministic policy {control_spec.params.get("policy")}'
     )
     rig = (
         f'serial {control_spec.params["serial_port"]}'
-        if not any(s.executable == 'rig_emulator' for s in specs)
+        if not any(s.executable == 'rig_emulator' for s in run.specs)
         else f'emulated rig ({values["rig_firmware"]} firmware)'
     )
     print(
         f'{"fine-tune" if learn else "evaluation"} {values["run_name"]!r}: '
-        f'{rate_hz:g} Hz, {episodes or "unlimited"} episodes x '
+        f'{run.rate_hz:g} Hz, {run.episodes or "unlimited"} episodes x '
         f'{control_spec.params["episode_seconds"]} s'
-        + (f' on each of {len(control_specs)} rigs' if len(control_specs) > 1 else '')
-        + f', {rig}, DDS {rng} domain {domain}, {what}',
+        + (f' on each of {len(run.control_specs)} rigs' if len(run.control_specs) > 1 else '')
+        + f', {rig}, {dds}, {what}',
         flush=True,
     )
+
+
+def _run(
+    args: dict[str, str],
+    stops: StopSignals,
+    stream_logs: bool,
+    learn: bool,
+    observe: Callable[[Any, str], Callable[[], bool]] | None,
+    complete: Callable[[int], bool] | None,
+) -> dict[str, Any]:
+    """Start the processes, run the episodes, stop in the safe order; the run's summary."""
+    import rclpy
+    from rclpy.signals import SignalHandlerOptions
+
+    rng, domain = ensure_loopback_dds()
+    run = _plan_run(args, learn)
+    _announce(run, learn, f'DDS {rng} domain {domain}')
     # Ctrl-C must reach our own stop path as KeyboardInterrupt with the context still up
     # (rclpy's handler would shut the context down under the safe-stop sequence).
     with security_named():  # SROS2 asked for and refused: a named error before anything starts
@@ -182,30 +217,21 @@ def _run(
 
     sup = Supervisor(
         node,
-        [s.fqn for s in control_specs],
-        learner_spec is not None,
-        int(values['violation_restarts']),
+        [s.fqn for s in run.control_specs],
+        run.learner_spec is not None,
+        int(run.values['violation_restarts']),
         say,
         check,
     )
-    run_id = str(control_spec.params.get('run_id', ''))
+    run_id = str(run.control_spec.params.get('run_id', ''))
     observer_ready = observe(node, run_id) if observe is not None else None
     started = time.monotonic()
     try:
         with stops.interruptible():  # the first signal raises here, once
-            for spec in specs:
-                if spec.executable == 'rig_emulator':
-                    link = spec.args[spec.args.index('--link') + 1]
-                    emulators.append(EmulatorProcess(link, spec.args[2:]))
-                    emulators[-1].start()  # listed first: a signal while it starts still stops it
-                    print(f'[{spec.label}] {emulators[-1].ready_line.strip()}', flush=True)
-                else:
-                    # A Ctrl-C during the fork is held back until the child is on the list.
-                    with stops.held():
-                        children.append(_Child(spec, stream_logs))
+            _start_processes(run.specs, stops, stream_logs, children, emulators)
             # The learner imports torch first: the match waits for it, bounded.
             sup.start(30.0, 180.0, observer_ready)
-            sup.run_episodes(episodes, complete, float(values['rig_seconds']))
+            sup.run_episodes(run.episodes, complete, float(run.values['rig_seconds']))
             sup.hand_over()
     except KeyboardInterrupt:
         interrupted = True
@@ -219,23 +245,65 @@ def _run(
         codes = _shutdown(children, emulators)
         node.destroy_node()
         rclpy.try_shutdown()
+    failure = failure or _exit_failure(codes, children)
+    summary = _summarise_run(run, sup, time.monotonic() - started)
+    return _conclude(run, sup, summary, failure, interrupted, codes)
+
+
+def _start_processes(
+    specs: list[ProcessSpec],
+    stops: StopSignals,
+    stream_logs: bool,
+    children: list[_Child],
+    emulators: list[EmulatorProcess],
+) -> None:
+    """Start the plan's processes in order, each listed where the stop path finds it."""
+    for spec in specs:
+        if spec.executable == 'rig_emulator':
+            link = spec.args[spec.args.index('--link') + 1]
+            emulators.append(EmulatorProcess(link, spec.args[2:]))
+            emulators[-1].start()  # listed first: a signal while it starts still stops it
+            print(f'[{spec.label}] {emulators[-1].ready_line.strip()}', flush=True)
+        else:
+            # A Ctrl-C during the fork is held back until the child is on the list.
+            with stops.held():
+                children.append(_Child(spec, stream_logs))
+
+
+def _exit_failure(codes: dict[str, int], children: list[_Child]) -> str:
+    """The first child that ended with a failing status, named with its last lines ('' none)."""
     for label, code in codes.items():
-        if code not in (0, -signal.SIGINT) and not failure:
+        if code not in (0, -signal.SIGINT):
             child = next(c for c in children if c.spec.label == label)
-            failure = f'{label} exited with status {code}: ' + ' | '.join(child.tail[-3:])
-    wall = time.monotonic() - started
-    if len(control_specs) > 1:
-        per_rig, rig_dirs = [], []
-        for spec, mon in zip(control_specs, sup.monitors, strict=True):
-            rig_dir = Path(str(spec.params['runs_dir'])) / str(spec.params['run_name'])
-            rig_dirs.append((spec.namespace, rig_dir))
-            print(f'\n[{spec.namespace}]', end='')
-            per_rig.append({'rig': spec.namespace, **summarise(rig_dir, mon, rate_hz, '', wall)})
-        summary = {**per_rig[0], 'run_dir': str(run_dir), 'rigs': per_rig}
-        summary['episodes'] = min(r['episodes'] for r in per_rig)
-        merge_timing(run_dir, rig_dirs)
-    else:
-        summary = summarise(run_dir, sup.monitors[0], rate_hz, resumed, wall)
+            return f'{label} exited with status {code}: ' + ' | '.join(child.tail[-3:])
+    return ''
+
+
+def _summarise_run(run: _RunPlan, sup: Supervisor, wall: float) -> dict[str, Any]:
+    """Each rig's summary (printed, plots written); several rigs' merged into one."""
+    if len(run.control_specs) == 1:
+        return summarise(run.run_dir, sup.monitors[0], run.rate_hz, run.resumed, wall)
+    per_rig, rig_dirs = [], []
+    for spec, mon in zip(run.control_specs, sup.monitors, strict=True):
+        rig_dir = Path(str(spec.params['runs_dir'])) / str(spec.params['run_name'])
+        rig_dirs.append((spec.namespace, rig_dir))
+        print(f'\n[{spec.namespace}]', end='')
+        per_rig.append({'rig': spec.namespace, **summarise(rig_dir, mon, run.rate_hz, '', wall)})
+    summary = {**per_rig[0], 'run_dir': str(run.run_dir), 'rigs': per_rig}
+    summary['episodes'] = min(r['episodes'] for r in per_rig)
+    merge_timing(run.run_dir, rig_dirs)
+    return summary
+
+
+def _conclude(
+    run: _RunPlan,
+    sup: Supervisor,
+    summary: dict[str, Any],
+    failure: str,
+    interrupted: bool,
+    codes: dict[str, int],
+) -> dict[str, Any]:
+    """Say an operator's stop; add how the run ended to the summary and write it."""
     stopped_by = sup.stopped_by_operator
     if stopped_by and not failure:
         print(
@@ -244,16 +312,16 @@ def _run(
             flush=True,
         )
     summary.update(
-        resumed_buffer=resumed or None,
+        resumed_buffer=run.resumed or None,
         failure=failure,
         interrupted=interrupted,
         stopped_by_operator=stopped_by or None,
         stopped_for_rig_time=sup.stopped_for_rig_time or None,
         exit_codes=codes,
-        policy=str(control_spec.params.get('policy', '')) or None,
+        policy=str(run.control_spec.params.get('policy', '')) or None,
     )
     atomic_write_bytes(
-        run_dir / run_files.SUMMARY, (json.dumps(summary, indent=2) + '\n').encode()
+        run.run_dir / run_files.SUMMARY, (json.dumps(summary, indent=2) + '\n').encode()
     )
     return summary
 

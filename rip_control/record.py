@@ -13,6 +13,7 @@ a full ROS 2 install.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import os
 from pathlib import Path
 import sys
@@ -79,47 +80,13 @@ def record(
         writer = bag
         executor = SingleThreadedExecutor()
         executor.add_node(node)
-
-        def on_message(data: bytes) -> None:
-            if failed:
-                return
-            try:
-                bag.write(data, time.time_ns())
-            except OSError as exc:
-                failed.append(exc)
-
+        on_message = _writing_into(bag, failed)
         sub = node.create_subscription(
             Float32MultiArray, opts['topic'], on_message, TRANSITIONS_QOS, raw=True
         )
         log(f'recording {opts["topic"]} at {opts["rate"]:g} Hz into {opts["out"]} (Ctrl-C stops)')
-        matched = 0
-        start = time.monotonic()
-        last_note = start
-        while not stop.requested and not failed:
-            executor.spin_once(timeout_sec=0.1)
-            count = sub.get_publisher_count()
-            if count != matched:
-                matched = count
-                log(f'{matched} publisher(s) matched on {opts["topic"]}')
-            now = time.monotonic()
-            if opts['duration_s'] and now - start >= opts['duration_s']:
-                break
-            if opts['max_messages'] and bag.count >= opts['max_messages']:
-                break
-            if now - last_note >= 5.0:
-                log(f'{bag.count} transitions recorded')
-                last_note = now
-        # After a signal, what the subscription has received but not handed over yet goes in
-        # too: the bag closes with every transition that reached this process. (Not after
-        # max_messages or duration_s: those are the bag's stated bounds.)
-        # (A wait of its own for each spin: rclpy's executor answers a zero timeout with
-        # nothing every other call, which would end the drain after one message.)
-        drained_at = time.monotonic() + DRAIN_S
-        while stop.requested and not failed and time.monotonic() < drained_at:
-            before = bag.count
-            executor.spin_once(timeout_sec=DRAIN_SPIN_S)
-            if bag.count == before:
-                break
+        _spin_until_stopped(opts, stop, executor, sub, bag, failed, log)
+        _drain(stop, executor, bag, failed)
     finally:
         try:
             if writer is not None:
@@ -135,18 +102,82 @@ def record(
             rclpy.try_shutdown()
     count = writer.count if writer is not None else 0
     if failed:
-        closed = len(failed) == 1 and (Path(opts['out']) / 'metadata.yaml').exists()
-        raise RecordFailed(
-            f'{failed[0].strerror or failed[0]} after {count} transitions: '
-            + (
-                f'recording stopped at the first refused write; {opts["out"]} could still be '
-                'closed (readable; a chunk the disk refused may be missing)'
-                if closed
-                else f'{opts["out"]} could not be closed ({failed[-1].strerror or failed[-1]}): '
-                'its index and metadata.yaml are missing, it cannot be read'
-            )
-        )
+        raise _record_failed(failed, count, opts['out'])
     return count
+
+
+def _writing_into(bag: Any, failed: list[OSError]) -> Callable[[bytes], None]:
+    """The subscription's callback: each message into ``bag``, until a write is refused."""
+
+    def on_message(data: bytes) -> None:
+        if failed:
+            return
+        try:
+            bag.write(data, time.time_ns())
+        except OSError as exc:
+            failed.append(exc)
+
+    return on_message
+
+
+def _spin_until_stopped(
+    opts: dict[str, Any],
+    stop: StopSignals,
+    executor: Any,
+    sub: Any,
+    bag: Any,
+    failed: list[OSError],
+    log: Any,
+) -> None:
+    """Take messages until a stop, a refused write, ``duration_s`` or ``max_messages``."""
+    matched = 0
+    start = time.monotonic()
+    last_note = start
+    while not stop.requested and not failed:
+        executor.spin_once(timeout_sec=0.1)
+        count = sub.get_publisher_count()
+        if count != matched:
+            matched = count
+            log(f'{matched} publisher(s) matched on {opts["topic"]}')
+        now = time.monotonic()
+        if opts['duration_s'] and now - start >= opts['duration_s']:
+            break
+        if opts['max_messages'] and bag.count >= opts['max_messages']:
+            break
+        if now - last_note >= 5.0:
+            log(f'{bag.count} transitions recorded')
+            last_note = now
+
+
+def _drain(stop: StopSignals, executor: Any, bag: Any, failed: list[OSError]) -> None:
+    """After a signal, take what the subscription received but has not handed over yet.
+
+    The bag then closes with every transition that reached this process. (Not after
+    ``max_messages`` or ``duration_s``: those are the bag's stated bounds.) Each spin waits
+    a moment of its own: rclpy's executor answers a zero timeout with nothing every other
+    call, which would end the drain after one message.
+    """
+    drained_at = time.monotonic() + DRAIN_S
+    while stop.requested and not failed and time.monotonic() < drained_at:
+        before = bag.count
+        executor.spin_once(timeout_sec=DRAIN_SPIN_S)
+        if bag.count == before:
+            break
+
+
+def _record_failed(failed: list[OSError], count: int, out: str) -> RecordFailed:
+    """The error of a recording a refused write ended, naming whether its bag could close."""
+    closed = len(failed) == 1 and (Path(out) / 'metadata.yaml').exists()
+    return RecordFailed(
+        f'{failed[0].strerror or failed[0]} after {count} transitions: '
+        + (
+            f'recording stopped at the first refused write; {out} could still be '
+            'closed (readable; a chunk the disk refused may be missing)'
+            if closed
+            else f'{out} could not be closed ({failed[-1].strerror or failed[-1]}): '
+            'its index and metadata.yaml are missing, it cannot be read'
+        )
+    )
 
 
 class RecordFailed(OSError):

@@ -189,6 +189,39 @@ def _first_excursion(values: list[float], start: float, beyond: float) -> float:
     return 0.0
 
 
+class _DirectionTicks:
+    """The direction check's paced ticks: a state read and a voltage each, at the loop rate."""
+
+    def __init__(self, client: LowLevelClient, rate_hz: float, counts_per_rev: int) -> None:
+        self.client = client
+        self.rad = 2.0 * math.pi / counts_per_rev
+        self.pacer = Pacer(1.0 / rate_hz)
+        self.last = (0.0, 0.0)  # (arm, pendulum) rad, the last answered reading
+        self.failed_in_row = 0
+
+    def tick(self, voltage: float) -> tuple[float, float]:
+        """One paced read and voltage; a tick without an answer repeats the last reading."""
+        client = self.client
+        self.pacer.wait()
+        try:
+            state = client.get_state()
+            if not state.engaged:
+                raise DirectionFault(
+                    'the motor was disengaged during the check (the deadman after the rig '
+                    'stopped answering, or the emergency stop): run it again'
+                )
+            client.set_voltage(voltage)
+        except (RigTimeout, RigProtocolError) as exc:
+            self.failed_in_row += 1  # one late answer is this VM or a busy USB bus, not the rig
+            print(f'  direction: {type(exc).__name__}: {exc}', flush=True)
+            if self.failed_in_row >= MAX_FAILED_TICKS_IN_ROW:
+                raise
+            return self.last
+        self.failed_in_row = 0
+        self.last = (state.arm_counts * self.rad, state.pendulum_counts * self.rad)
+        return self.last
+
+
 def run_direction(port: str, rate_hz: float, volts: float) -> dict[str, object]:
     """Drive the arm a little both ways; check the signs against the conventions.
 
@@ -203,76 +236,72 @@ def run_direction(port: str, rate_hz: float, volts: float) -> dict[str, object]:
     want_arm, want_pend = expected_signs()
     client = LowLevelClient(port, timeout_s=0.02)
     info = client.open()
-    rad = 2.0 * math.pi / info.counts_per_rev
-    pacer = Pacer(1.0 / rate_hz)
+    ticks = _DirectionTicks(client, rate_hz, info.counts_per_rev)
     moves: list[dict[str, float]] = []
-    last = (0.0, 0.0)
-    failed_in_row = 0
-
-    def tick(voltage: float) -> tuple[float, float]:
-        """One paced read and voltage; a tick without an answer repeats the last reading."""
-        nonlocal last, failed_in_row
-        pacer.wait()
-        try:
-            state = client.get_state()
-            if not state.engaged:
-                raise DirectionFault(
-                    'the motor was disengaged during the check (the deadman after the rig '
-                    'stopped answering, or the emergency stop): run it again'
-                )
-            client.set_voltage(voltage)
-        except (RigTimeout, RigProtocolError) as exc:
-            failed_in_row += 1  # one late answer is this VM or a busy USB bus, not the rig
-            print(f'  direction: {type(exc).__name__}: {exc}', flush=True)
-            if failed_in_row >= MAX_FAILED_TICKS_IN_ROW:
-                raise
-            return last
-        failed_in_row = 0
-        last = (state.arm_counts * rad, state.pendulum_counts * rad)
-        return last
-
     try:
         client.engage()
-        pacer.start()
-        rest = [tick(0.0) for _ in range(max(2, round(0.5 * rate_hz)))]
-        pend = [p for _, p in rest]
-        if max(pend) - min(pend) > PENDULUM_SWUNG_RAD or abs(pend[-1]) > PENDULUM_AT_REST_RAD:
-            raise DirectionFault(
-                f'the pendulum is not hanging still at its zero (it reads {pend[-1]:+.3f} rad, '
-                f'moving {max(pend) - min(pend):.3f} rad): its encoder counts from where it hung '
-                'at power-on; let it hang still and power the rig up again'
-            )
+        ticks.pacer.start()
+        _check_hanging_still(ticks, rate_hz)
         for sign in (1.0, -1.0):
-            arm0, pend0 = tick(0.0)
-            arms, pends = [arm0], [pend0]
-            voltage = 0.0
-            for i in range(1, round(RAMP_S * rate_hz) + 1):
-                voltage = sign * volts * i / (RAMP_S * rate_hz)
-                arm, p = tick(voltage)
-                arms.append(arm)
-                pends.append(p)
-                if abs(arm - arm0) >= MOVE_RAD:
-                    break
-            for _ in range(round(HOLD_S * rate_hz)):
-                arm, p = tick(0.0)
-                arms.append(arm)
-                pends.append(p)
-            turned = max((a - arm0 for a in arms), key=abs)
-            moves.append(
-                {
-                    'volts': voltage,
-                    'arm_rad': turned if abs(turned) >= ARM_MOVED_RAD else 0.0,
-                    # from rest only: the first move (the second starts with it still swinging)
-                    'pendulum_rad': _first_excursion(pends, pend0, PENDULUM_SWUNG_RAD)
-                    if not moves
-                    else math.nan,
-                }
-            )
+            moves.append(_direction_move(ticks, sign * volts, rate_hz, from_rest=not moves))
     finally:
         try:
             client.disengage_motor()
         finally:
             client.close()
+    _print_moves(moves, want_arm, want_pend)
+    _check_signs(moves, volts, want_arm, want_pend)
+    print('direction: the motor, the arm encoder and the pendulum encoder follow the conventions')
+    return {'moves': moves, 'arm': 'agrees', 'pendulum': 'agrees'}
+
+
+def _check_hanging_still(ticks: _DirectionTicks, rate_hz: float) -> None:
+    """Half a second at 0 V: the pendulum must hang still at its zero, or DirectionFault."""
+    rest = [ticks.tick(0.0) for _ in range(max(2, round(0.5 * rate_hz)))]
+    pend = [p for _, p in rest]
+    if max(pend) - min(pend) > PENDULUM_SWUNG_RAD or abs(pend[-1]) > PENDULUM_AT_REST_RAD:
+        raise DirectionFault(
+            f'the pendulum is not hanging still at its zero (it reads {pend[-1]:+.3f} rad, '
+            f'moving {max(pend) - min(pend):.3f} rad): its encoder counts from where it hung '
+            'at power-on; let it hang still and power the rig up again'
+        )
+
+
+def _direction_move(
+    ticks: _DirectionTicks, top_v: float, rate_hz: float, from_rest: bool
+) -> dict[str, float]:
+    """One move: a ramp towards ``top_v`` until the arm turns ``MOVE_RAD``, then 0 V held.
+
+    Returns the last voltage, the arm's largest excursion (0.0 below ``ARM_MOVED_RAD``) and,
+    ``from_rest`` only, the pendulum's first swing (NaN otherwise).
+    """
+    arm0, pend0 = ticks.tick(0.0)
+    arms, pends = [arm0], [pend0]
+    voltage = 0.0
+    for i in range(1, round(RAMP_S * rate_hz) + 1):
+        voltage = top_v * i / (RAMP_S * rate_hz)
+        arm, p = ticks.tick(voltage)
+        arms.append(arm)
+        pends.append(p)
+        if abs(arm - arm0) >= MOVE_RAD:
+            break
+    for _ in range(round(HOLD_S * rate_hz)):
+        arm, p = ticks.tick(0.0)
+        arms.append(arm)
+        pends.append(p)
+    turned = max((a - arm0 for a in arms), key=abs)
+    return {
+        'volts': voltage,
+        'arm_rad': turned if abs(turned) >= ARM_MOVED_RAD else 0.0,
+        # from rest only: the first move (the second starts with it still swinging)
+        'pendulum_rad': _first_excursion(pends, pend0, PENDULUM_SWUNG_RAD)
+        if from_rest
+        else math.nan,
+    }
+
+
+def _print_moves(moves: list[dict[str, float]], want_arm: int, want_pend: int) -> None:
+    """One line per move: what the arm (and the pendulum) did, and what was expected."""
     for m in moves:
         v = m['volts']
         swing = (
@@ -286,6 +315,12 @@ def run_direction(port: str, rate_hz: float, volts: float) -> dict[str, object]:
             f'{"+" if want_arm * v > 0 else "-"}){swing}',
             flush=True,
         )
+
+
+def _check_signs(
+    moves: list[dict[str, float]], volts: float, want_arm: int, want_pend: int
+) -> None:
+    """Raise DirectionFault, naming the likely fault, unless both moves follow the conventions."""
     still = [m for m in moves if m['arm_rad'] == 0.0]
     if still:
         raise DirectionFault(
@@ -304,8 +339,6 @@ def run_direction(port: str, rate_hz: float, volts: float) -> dict[str, object]:
     fault = DIRECTION_FAULTS[(arm_ok, pend_ok)]
     if fault is not None:
         raise DirectionFault(f'{fault}; a policy would drive this rig the wrong way')
-    print('direction: the motor, the arm encoder and the pendulum encoder follow the conventions')
-    return {'moves': moves, 'arm': 'agrees', 'pendulum': 'agrees'}
 
 
 # The deadman check (``--deadman``): the heartbeat fed this long first, then the state read
@@ -451,8 +484,8 @@ def run_excitation(port: str, rate_hz: float, max_action_v: float, out: Path) ->
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point."""
+def _arg_parser() -> argparse.ArgumentParser:
+    """The command line: port, rate and duration, then the optional checks."""
     ap = argparse.ArgumentParser(prog='rig_check', description=__doc__.splitlines()[0])
     ap.add_argument('--port', default='', help='serial device; empty: start the emulator')
     ap.add_argument('--rate', type=float, default=50.0, help='loop rate, Hz (default %(default)s)')
@@ -490,6 +523,12 @@ def main(argv: list[str] | None = None) -> int:
         help="top of the direction check's voltage ramp (default %(default)s, at most "
         '--max-action-v)',
     )
+    return ap
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The arguments, validated (a bad one ends the program with status 2, named)."""
+    ap = _arg_parser()
     args = ap.parse_args(argv)
     if not (args.rate > 0 and args.seconds > 0):
         ap.error(f'--rate and --seconds must be > 0, got {args.rate} and {args.seconds}')
@@ -502,7 +541,33 @@ def main(argv: list[str] | None = None) -> int:
             f'--direction-v must be in (0, --max-action-v {args.max_action_v:g}], '
             f'got {args.direction_v:g}'
         )
+    return args
 
+
+def _print_figures(result: dict[str, object], rate_hz: float) -> None:
+    """The loop's timing, the serial round trip and any ticks without an answer."""
+    dt = result['dt_ms']
+    rtt = result['serial_rtt_ms']
+    assert isinstance(dt, dict) and isinstance(rtt, dict)
+    print(
+        f'loop: target {rate_hz:.1f} Hz, measured {result["measured_rate_hz"]:.3f} Hz over '
+        f'{result["n_ticks"]} ticks; dt mean {dt["mean"]:.3f} ms std {dt["std"]:.3f} '
+        f'p99 {dt["p99"]:.3f} max {dt["max"]:.3f}; missed {result["missed_ticks"]}'
+    )
+    print(
+        f'serial round trip: mean {rtt["mean"]:.3f} ms, p99 {rtt["p99"]:.3f} ms, '
+        f'max {rtt["max"]:.3f} ms; timeouts {result["serial_timeouts"]}'
+    )
+    if result['failed_ticks']:
+        print(
+            f'rig_check: warning: {result["failed_ticks"]} of {result["n_ticks"]} ticks got no '
+            f'answer in time (re-engaged after the deadman {result["re_engaged"]} time(s))'
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    args = _parse_args(argv)
     emulator: EmulatorProcess | None = None
     port = args.port
     if not port:
@@ -526,23 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if emulator is not None:
             emulator.stop()
-    dt = result['dt_ms']
-    rtt = result['serial_rtt_ms']
-    assert isinstance(dt, dict) and isinstance(rtt, dict)
-    print(
-        f'loop: target {args.rate:.1f} Hz, measured {result["measured_rate_hz"]:.3f} Hz over '
-        f'{result["n_ticks"]} ticks; dt mean {dt["mean"]:.3f} ms std {dt["std"]:.3f} '
-        f'p99 {dt["p99"]:.3f} max {dt["max"]:.3f}; missed {result["missed_ticks"]}'
-    )
-    print(
-        f'serial round trip: mean {rtt["mean"]:.3f} ms, p99 {rtt["p99"]:.3f} ms, '
-        f'max {rtt["max"]:.3f} ms; timeouts {result["serial_timeouts"]}'
-    )
-    if result['failed_ticks']:
-        print(
-            f'rig_check: warning: {result["failed_ticks"]} of {result["n_ticks"]} ticks got no '
-            f'answer in time (re-engaged after the deadman {result["re_engaged"]} time(s))'
-        )
+    _print_figures(result, args.rate)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + '\n')
     return 0

@@ -507,14 +507,23 @@ def warm_start(model: Any, init: str, cfg: SacConfig, rate_hz: float) -> Path:
     return policy
 
 
-def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
-    """Train, evaluate, save; return the summary written to ``pretrain.json``."""
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.monitor import Monitor
-    import torch
+@dataclass(frozen=True)
+class _Setup:
+    """What the options make of the pre-training: tasks, physics, ranges, curriculum, SAC."""
 
-    from rip_learner.sac import build_sac
+    rate: float
+    out: Path
+    task: TaskConfig
+    eval_task: TaskConfig
+    base: PendulumParams
+    ranges: Randomization
+    randomization: Randomization | None  # None: randomize:=false
+    curriculum: Curriculum
+    cfg: SacConfig
 
+
+def _setup(opts: dict[str, Any]) -> _Setup:
+    """Create the output folder; the task, physics, randomisation and SAC configuration."""
     rate = float(opts['rate'])
     out = Path(opts['out'])
     out.mkdir(parents=True, exist_ok=True)
@@ -539,13 +548,26 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
         seed=opts['seed'],
         device=opts['device'],
     )
+    return _Setup(rate, out, task, eval_task, base, ranges, randomization, curriculum, cfg)
+
+
+def _build_model(opts: dict[str, Any], setup: _Setup) -> Any:
+    """The SAC model on the curriculum's randomised simulator, torch seeded after it."""
+    from stable_baselines3.common.monitor import Monitor
+    import torch
+
+    from rip_learner.sac import build_sac
+
     env = Monitor(
         CurriculumEnv(
-            SimRotaryInvertedPendulumEnv(task, base), curriculum, randomization, opts['seed']
+            SimRotaryInvertedPendulumEnv(setup.task, setup.base),
+            setup.curriculum,
+            setup.randomization,
+            opts['seed'],
         )
     )
     model = build_sac(
-        cfg,
+        setup.cfg,
         env,
         learning_starts=opts['random_steps'],
         train_freq=opts['train_freq'],
@@ -553,159 +575,242 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
         ent_coef=opts['ent_coef'],
     )
     torch.manual_seed(opts['seed'])
-    init = warm_start(model, opts['init'], cfg, rate) if opts['init'] else ''
-    if init:
-        log(f'warm start: actor, critics and entropy coefficient of {init}')
+    return model
 
-    def act(obs: np.ndarray) -> np.ndarray:
-        action, _ = model.predict(obs, deterministic=True)
+
+class _Progress:
+    """The evaluations during training: scored, logged, written to ``progress.csv``.
+
+    The best policy so far is saved (actor and checkpoint); :meth:`on_step` says when
+    training stops (time limit, target reached).
+    """
+
+    def __init__(
+        self, opts: dict[str, Any], setup: _Setup, model: Any, init: str | Path, log: Any
+    ) -> None:
+        self.opts = opts
+        self.setup = setup
+        self.model = model
+        self.init = init
+        self.log = log
+        self.rows: list[dict[str, Any]] = []
+        self.best: dict[str, Any] = {'score': -math.inf}
+        self.t0 = time.monotonic()
+        self.csv_path = setup.out / run_files.PRETRAIN_PROGRESS
+        self.eval_s = 0.0  # wall-clock time spent in the evaluations
+        # A warm start is scored first: the best kept is never worse than where it began.
+        self.next_eval = 1 if init else opts['eval_every']
+        self.stop = ''
+        self.scored_updates = -1  # the updates done when the policy was last scored
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """The policy's deterministic action."""
+        action, _ = self.model.predict(obs, deterministic=True)
         return action
 
-    rows: list[dict[str, Any]] = []
-    best: dict[str, Any] = {'score': -math.inf}
-    t0 = time.monotonic()
-    csv_path = out / run_files.PRETRAIN_PROGRESS
-    eval_s = 0.0
+    def on_step(self, step: int) -> bool:
+        """Evaluate when due; False when training should stop (its reason in ``stop``)."""
+        opts = self.opts
+        elapsed = time.monotonic() - self.t0
+        if elapsed > opts['time_limit_s']:
+            self.stop = f'time limit {opts["time_limit_s"]:g} s'
+            return False
+        # The last step is scored too, unless nothing trained since the last score.
+        last = step >= opts['steps'] and self.model._n_updates != self.scored_updates
+        if step < self.next_eval and not last:
+            return True
+        self.scored_updates = self.model._n_updates
+        self.next_eval = (step // opts['eval_every'] + 1) * opts['eval_every']
+        e0 = time.monotonic()
+        nominal, randomised = self.evaluate()
+        self.eval_s += time.monotonic() - e0
+        nom, ran = summarize(nominal), summarize(randomised)
+        upright = run_episode(
+            self.act,
+            SimRotaryInvertedPendulumEnv(self.setup.eval_task, self.setup.base),
+            30_000,
+            'upright',
+        )
+        row = self._row(step, elapsed, nom, ran, upright)
+        self._write_row(row)
+        score = row['eval_nominal_balance_s'] + row['eval_random_balance_s']
+        marker = ''
+        if score > self.best['score']:
+            self.save(step, score, nominal, randomised)
+            marker = '  * best, saved'
+        self._log_row(row, elapsed, marker)
+        target = opts['target_balance_s']
+        if (
+            target > 0
+            and step >= opts['min_steps']
+            and nom['longest_balance_s']['mean'] >= target
+            and ran['longest_balance_s']['mean'] >= target
+        ):
+            self.stop = f'target reached: balance >= {target:g} s nominal and randomised'
+            return False
+        return True
 
-    def save(tag_step: int, score: float, nominal: list, randomised: list) -> None:
-        version = 1
+    def evaluate(self) -> tuple[list[EpisodeMetrics], list[EpisodeMetrics]]:
+        """Deterministic episodes from hanging on nominal physics, then on randomised physics."""
+        setup, episodes = self.setup, self.opts['eval_episodes']
+        nominal = evaluate_sim(self.act, setup.eval_task, episodes, 10_000, base=setup.base)
+        randomised = evaluate_sim(
+            self.act, setup.eval_task, episodes, 20_000, setup.ranges, base=setup.base
+        )
+        return nominal, randomised
+
+    def _row(
+        self,
+        step: int,
+        elapsed: float,
+        nom: dict[str, Any],
+        ran: dict[str, Any],
+        upright: EpisodeMetrics,
+    ) -> dict[str, Any]:
+        """One row of ``progress.csv``: training's pace and return, the evaluations' scores."""
+        import torch
+
+        model = self.model
+        train_returns = [e['r'] for e in list(model.ep_info_buffer or [])[-10:]]
+        return {
+            'step': step,
+            'wall_s': round(elapsed, 1),
+            'steps_per_s': round(step / max(elapsed, 1e-9), 1),
+            'upright_share': round(self.setup.curriculum.upright_share(step), 3),
+            'train_return': float(np.mean(train_returns)) if train_returns else 0.0,
+            'eval_upright_balance_s': upright.longest_balance_s,
+            'eval_nominal_return': nom['return_mean'],
+            'eval_nominal_balance_s': nom['longest_balance_s']['mean'],
+            'eval_nominal_swing_up_s': nom['swing_up_s_mean'],
+            'eval_random_return': ran['return_mean'],
+            'eval_random_balance_s': ran['longest_balance_s']['mean'],
+            'eval_random_swung_up': ran['swung_up'],
+            'ent_coef': float(torch.exp(model.log_ent_coef.detach()).item())
+            if model.log_ent_coef is not None
+            else None,
+        }
+
+    def _write_row(self, row: dict[str, Any]) -> None:
+        """Keep the row; append it to ``progress.csv`` (a new file, header first, at the first)."""
+        self.rows.append(row)
+        new = not self.csv_path.exists() or len(self.rows) == 1
+        with self.csv_path.open('w' if new else 'a', newline='') as f:
+            writer = csv.DictWriter(f, fieldnames=list(row))
+            if new:
+                writer.writeheader()
+            writer.writerow(row)
+
+    def _log_row(self, row: dict[str, Any], elapsed: float, marker: str) -> None:
+        """The evaluation's log line (``marker``: whether its policy was saved as the best)."""
+        swing = row['eval_nominal_swing_up_s']
+        self.log(
+            f'step {row["step"]:>7} | {elapsed:6.0f} s | {row["steps_per_s"]:5.0f} steps/s | '
+            f'upright starts {row["upright_share"]:.2f} | train return '
+            f'{row["train_return"]:6.1f} | eval balance from upright '
+            f'{row["eval_upright_balance_s"]:4.1f} s, from hanging: nominal '
+            f'{row["eval_nominal_balance_s"]:4.1f} s, randomised '
+            f'{row["eval_random_balance_s"]:4.1f} s | swing-up '
+            + (f'{swing:.1f} s' if swing is not None else '-')
+            + marker
+        )
+
+    def save(
+        self,
+        step: int,
+        score: float,
+        nominal: list[EpisodeMetrics],
+        randomised: list[EpisodeMetrics],
+    ) -> None:
+        """Save the policy (tagged with its step) and the SAC checkpoint; keep it as the best."""
+        opts, setup, version = self.opts, self.setup, 1
         extra = {
             'trained_in': 'simulation',
-            'pretrain_steps': str(tag_step),
+            'pretrain_steps': str(step),
             'pretrain_seed': str(opts['seed']),
-            'domain_randomization': opts['randomization'] if randomization else 'off',
+            'domain_randomization': opts['randomization'] if setup.randomization else 'off',
             'rig_params': opts['rig_params'] or 'QUBE-Servo 2 defaults',
-            'warm_start': str(init),
+            'warm_start': str(self.init),
         }
-        actor = encode_actor(actor_meta(cfg, version, rate), actor_tensors(model), extra)
-        atomic_write_bytes(out / run_files.POLICY, actor)
+        meta = actor_meta(setup.cfg, version, setup.rate)
+        actor = encode_actor(meta, actor_tensors(self.model), extra)
+        atomic_write_bytes(setup.out / run_files.POLICY, actor)
         atomic_write_bytes(
-            out / run_files.CHECKPOINT, encode_checkpoint(sac_state(model), version, rate)
+            setup.out / run_files.CHECKPOINT,
+            encode_checkpoint(sac_state(self.model), version, setup.rate),
         )
-        best.update(
+        self.best.update(
             score=score,
-            step=tag_step,
+            step=step,
             nominal=summarize(nominal),
             randomised=summarize(randomised),
         )
 
+
+def _callback(progress: _Progress) -> Any:
+    """An SB3 callback that hands each environment step to ``progress``."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
     class Progress(BaseCallback):
-        def __init__(self) -> None:
-            super().__init__()
-            # A warm start is scored first: the best kept is never worse than where it began.
-            self.next_eval = 1 if init else opts['eval_every']
-            self.stop = ''
-            self.scored_updates = -1  # the updates done when the policy was last scored
-
         def _on_step(self) -> bool:
-            nonlocal eval_s
-            step = self.num_timesteps
-            elapsed = time.monotonic() - t0
-            if elapsed > opts['time_limit_s']:
-                self.stop = f'time limit {opts["time_limit_s"]:g} s'
-                return False
-            # The last step is scored too, unless nothing trained since the last score.
-            last = step >= opts['steps'] and model._n_updates != self.scored_updates
-            if step < self.next_eval and not last:
-                return True
-            self.scored_updates = model._n_updates
-            self.next_eval = (step // opts['eval_every'] + 1) * opts['eval_every']
-            e0 = time.monotonic()
-            nominal = evaluate_sim(act, eval_task, opts['eval_episodes'], 10_000, base=base)
-            randomised = evaluate_sim(
-                act, eval_task, opts['eval_episodes'], 20_000, ranges, base=base
-            )
-            eval_s += time.monotonic() - e0
-            nom, ran = summarize(nominal), summarize(randomised)
-            train_returns = [e['r'] for e in list(self.model.ep_info_buffer or [])[-10:]]
-            upright = run_episode(
-                act, SimRotaryInvertedPendulumEnv(eval_task, base), 30_000, 'upright'
-            )
-            row = {
-                'step': step,
-                'wall_s': round(elapsed, 1),
-                'steps_per_s': round(step / max(elapsed, 1e-9), 1),
-                'upright_share': round(curriculum.upright_share(step), 3),
-                'train_return': float(np.mean(train_returns)) if train_returns else 0.0,
-                'eval_upright_balance_s': upright.longest_balance_s,
-                'eval_nominal_return': nom['return_mean'],
-                'eval_nominal_balance_s': nom['longest_balance_s']['mean'],
-                'eval_nominal_swing_up_s': nom['swing_up_s_mean'],
-                'eval_random_return': ran['return_mean'],
-                'eval_random_balance_s': ran['longest_balance_s']['mean'],
-                'eval_random_swung_up': ran['swung_up'],
-                'ent_coef': float(torch.exp(model.log_ent_coef.detach()).item())
-                if model.log_ent_coef is not None
-                else None,
-            }
-            rows.append(row)
-            new = not csv_path.exists() or len(rows) == 1
-            with csv_path.open('w' if new else 'a', newline='') as f:
-                writer = csv.DictWriter(f, fieldnames=list(row))
-                if new:
-                    writer.writeheader()
-                writer.writerow(row)
-            score = row['eval_nominal_balance_s'] + row['eval_random_balance_s']
-            marker = ''
-            if score > best['score']:
-                save(step, score, nominal, randomised)
-                marker = '  * best, saved'
-            swing = row['eval_nominal_swing_up_s']
-            log(
-                f'step {step:>7} | {elapsed:6.0f} s | {row["steps_per_s"]:5.0f} steps/s | '
-                f'upright starts {row["upright_share"]:.2f} | train return '
-                f'{row["train_return"]:6.1f} | eval balance from upright '
-                f'{upright.longest_balance_s:4.1f} s, from hanging: nominal '
-                f'{row["eval_nominal_balance_s"]:4.1f} s, randomised '
-                f'{row["eval_random_balance_s"]:4.1f} s | swing-up '
-                + (f'{swing:.1f} s' if swing is not None else '-')
-                + marker
-            )
-            target = opts['target_balance_s']
-            if (
-                target > 0
-                and step >= opts['min_steps']
-                and nom['longest_balance_s']['mean'] >= target
-                and ran['longest_balance_s']['mean'] >= target
-            ):
-                self.stop = f'target reached: balance >= {target:g} s nominal and randomised'
-                return False
-            return True
+            return progress.on_step(self.num_timesteps)
 
-    progress = Progress()
-    log(
-        f'pre-training at {rate:g} Hz in {out}: up to {opts["steps"]} steps or '
-        f'{opts["time_limit_s"]:g} s; nets {list(cfg.hidden_sizes)}, batch {cfg.batch_size}, '
-        f'{opts["gradient_steps"]} update(s) per step, every {opts["train_freq"]} step(s), '
-        f'randomisation {opts["randomization"] if randomization else "off"}'
-    )
-    model.learn(total_timesteps=opts['steps'], callback=progress)
-    elapsed = time.monotonic() - t0
-    stopped_by = progress.stop or f'{opts["steps"]} steps'
-    if best['score'] == -math.inf:  # never evaluated: save what there is
-        nominal = evaluate_sim(act, eval_task, opts['eval_episodes'], 10_000, base=base)
-        randomised = evaluate_sim(act, eval_task, opts['eval_episodes'], 20_000, ranges, base=base)
-        save(model.num_timesteps, -1.0, nominal, randomised)
-    summary = {
+    return Progress()
+
+
+def _summary(
+    opts: dict[str, Any],
+    setup: _Setup,
+    model: Any,
+    progress: _Progress,
+    elapsed: float,
+    stopped_by: str,
+) -> dict[str, Any]:
+    """What ``pretrain.json`` records: the options, the setup, how it ended, the curve."""
+    randomization = setup.randomization
+    return {
         'command': 'python -m rip_learner.pretrain',
         'options': opts,
-        'rate_hz': rate,
+        'rate_hz': setup.rate,
         'wall_s': elapsed,
-        'eval_wall_s': eval_s,
+        'eval_wall_s': progress.eval_s,
         'steps': model.num_timesteps,
         'stopped_by': stopped_by,
-        'best': {k: v for k, v in best.items() if k != 'score'},
-        'randomization': asdict(ranges) if randomization else None,
+        'best': {k: v for k, v in progress.best.items() if k != 'score'},
+        'randomization': asdict(setup.ranges) if randomization else None,
         'randomization_name': opts['randomization'] if randomization else None,
-        'rig': asdict(base),
+        'rig': asdict(setup.base),
         'rig_params': opts['rig_params'],
-        'init': str(init),
+        'init': str(progress.init),
         'device': str(model.device),
-        'curriculum': asdict(curriculum),
-        'task': asdict(task),
-        'curve': rows,
-        'policy': str(out / run_files.POLICY),
+        'curriculum': asdict(setup.curriculum),
+        'task': asdict(setup.task),
+        'curve': progress.rows,
+        'policy': str(setup.out / run_files.POLICY),
     }
+
+
+def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
+    """Train, evaluate, save; return the summary written to ``pretrain.json``."""
+    setup = _setup(opts)
+    rate, out = setup.rate, setup.out
+    model = _build_model(opts, setup)
+    init = warm_start(model, opts['init'], setup.cfg, rate) if opts['init'] else ''
+    if init:
+        log(f'warm start: actor, critics and entropy coefficient of {init}')
+    progress = _Progress(opts, setup, model, init, log)
+    log(
+        f'pre-training at {rate:g} Hz in {out}: up to {opts["steps"]} steps or '
+        f'{opts["time_limit_s"]:g} s; nets {list(setup.cfg.hidden_sizes)}, batch '
+        f'{setup.cfg.batch_size}, {opts["gradient_steps"]} update(s) per step, every '
+        f'{opts["train_freq"]} step(s), randomisation '
+        f'{opts["randomization"] if setup.randomization else "off"}'
+    )
+    model.learn(total_timesteps=opts['steps'], callback=_callback(progress))
+    elapsed = time.monotonic() - progress.t0
+    stopped_by = progress.stop or f'{opts["steps"]} steps'
+    if progress.best['score'] == -math.inf:  # never evaluated: save what there is
+        progress.save(model.num_timesteps, -1.0, *progress.evaluate())
+    summary = _summary(opts, setup, model, progress, elapsed, stopped_by)
     if opts['prior_data_size']:
         summary['prior_data'] = save_prior_data(
             model.replay_buffer,
@@ -715,8 +820,9 @@ def pretrain(opts: dict[str, Any], log: Any = print) -> dict[str, Any]:
             opts['seed'],
         )
     atomic_write_bytes(out / run_files.PRETRAIN_RECORD, json.dumps(summary, indent=1).encode())
-    if rows:
-        _plot_curve(rows, out / run_files.LEARNING_CURVE)
+    if progress.rows:
+        _plot_curve(progress.rows, out / run_files.LEARNING_CURVE)
+    best = progress.best
     log(
         f'done in {elapsed:.0f} s ({model.num_timesteps} steps, stopped by {stopped_by}); '
         f'best at step {best.get("step")}: balance nominal '

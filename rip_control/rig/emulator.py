@@ -27,7 +27,7 @@ import time
 import tty
 
 from rip_control.rig.dynamics import FurutaDynamics, PendulumParams
-from rip_control.rig.gap_plant import GapPlant, load_rig
+from rip_control.rig.gap_plant import GapEffects, GapPlant, load_rig
 from rip_control.rig.host_firmware import FIRMWARES, refuse_gap_rig
 from rip_control.rig.protocol import (
     PROTOCOL_VERSION,
@@ -568,6 +568,19 @@ def build_arg_parser() -> argparse.ArgumentParser:
         prog='rig_emulator',
         description='Emulate the rotary inverted pendulum firmware behind a pseudo-terminal.',
     )
+    _add_rig_arguments(ap)
+    _add_process_arguments(ap)
+    _add_event_arguments(ap)
+    fault = ap.add_argument_group('fault injection')
+    _add_reply_faults(fault)
+    _add_hardware_faults(fault)
+    _add_link_stalls(fault)
+    _add_fault_window(fault)
+    return ap
+
+
+def _add_rig_arguments(ap: argparse.ArgumentParser) -> None:
+    """The emulated rig: its link, physics, deadman, encoder noise and clock."""
     ap.add_argument(
         '--link', default='/tmp/rip_rig', help='symlink to the pty (default %(default)s)'
     )
@@ -585,6 +598,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
         help='the firmware clock at power-on, s (default 0; e.g. 4290 puts its 71.6-minute '
         'wrap 5 s after the start)',
     )
+
+
+def _add_process_arguments(ap: argparse.ArgumentParser) -> None:
+    """How it runs: only checked, which firmware, real-time priority, CPU, stop grace."""
     ap.add_argument(
         '--check',
         action='store_true',
@@ -613,6 +630,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
         help='on SIGINT/SIGTERM while engaged, serve up to this long so the host disengages '
         'first (a launch signals every process at once); default %(default)s',
     )
+
+
+def _add_event_arguments(ap: argparse.ArgumentParser) -> None:
+    """Where the EVENT lines go: stdout, a file."""
     ap.add_argument(
         '--events',
         action='store_true',
@@ -626,7 +647,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
         help='also append the EVENT lines to this file, for an emulator another process '
         f'started (default: ${EVENTS_FILE_ENV})',
     )
-    fault = ap.add_argument_group('fault injection')
+
+
+def _add_reply_faults(fault: argparse._ArgumentGroup) -> None:
+    """Replies left out or garbled."""
     fault.add_argument(
         '--drop-every', type=int, default=0, help='leave every Nth request unanswered'
     )
@@ -634,6 +658,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
         '--garbage-every', type=int, default=0, help='prefix every Nth reply with garbage'
     )
     fault.add_argument('--garbage-bytes', type=int, default=16, help='garbage bytes per injection')
+
+
+def _add_hardware_faults(fault: argparse._ArgumentGroup) -> None:
+    """A stuck driver stage, a deadman that never trips, wiring the other way round."""
     fault.add_argument(
         '--stuck-driver',
         action='store_true',
@@ -653,6 +681,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
         help='wire this part the other way round: the motor leads, or the arm or pendulum '
         'encoder (repeatable)',
     )
+
+
+def _add_link_stalls(fault: argparse._ArgumentGroup) -> None:
+    """Replies delayed, the firmware gone silent, the process gone."""
     fault.add_argument('--stall-every', type=int, default=0, help='delay every Nth reply')
     fault.add_argument('--stall-ms', type=float, default=0.0, help='delay of a stalled reply, ms')
     fault.add_argument(
@@ -661,6 +693,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     fault.add_argument(
         '--exit-after', type=float, default=0.0, help='exit abruptly after S seconds'
     )
+
+
+def _add_fault_window(fault: argparse._ArgumentGroup) -> None:
+    """A board reset, and when the faults act: after a time, after replies, for how many."""
     fault.add_argument(
         '--reset',
         action='store_true',
@@ -679,7 +715,74 @@ def build_arg_parser() -> argparse.ArgumentParser:
     fault.add_argument(
         '--faults-for-replies', type=int, default=0, help='... for N replies only (0: for good)'
     )
-    return ap
+
+
+def _fault_config(args: argparse.Namespace) -> FaultConfig:
+    """The faults the arguments ask for (a ValueError names a bad one)."""
+    return FaultConfig(
+        drop_every=args.drop_every,
+        garbage_every=args.garbage_every,
+        garbage_bytes=args.garbage_bytes,
+        stall_every=args.stall_every,
+        stall_ms=args.stall_ms,
+        freeze_after_s=args.freeze_after,
+        exit_after_s=args.exit_after,
+        start_after_s=args.faults_after,
+        after_replies=args.faults_after_replies,
+        for_replies=args.faults_for_replies,
+        reset=args.reset,
+    )
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Raise ValueError naming an option out of range, or one the C firmware cannot serve."""
+    c_firmware = args.firmware == 'c'
+    if not DEADMAN_RANGE_MS[0] <= args.deadman_ms <= DEADMAN_RANGE_MS[1]:
+        raise ValueError(f'--deadman-ms must be in {DEADMAN_RANGE_MS}, got {args.deadman_ms}')
+    if args.stuck_driver and c_firmware:
+        raise ValueError('--stuck-driver is a fault of the Python emulator only')
+    if args.reversed and c_firmware:
+        raise ValueError('--reversed is a fault of the Python emulator only')
+    if args.no_deadman and c_firmware:
+        raise ValueError('--no-deadman is a fault of the Python emulator only')
+    if args.reset and c_firmware:
+        raise ValueError('--reset is a fault of the Python emulator only')
+    if (args.faults_after_replies or args.faults_for_replies) and c_firmware:
+        raise ValueError(
+            '--faults-after-replies and --faults-for-replies are faults of the Python '
+            'emulator only'
+        )
+    if not 0.0 <= args.clock_offset_s < 2**32 / 1e6:
+        raise ValueError(f'--clock-offset-s must be in [0, 4294.967), got {args.clock_offset_s}')
+    if args.clock_offset_s and c_firmware:
+        raise ValueError('--clock-offset-s is an option of the Python emulator only')
+
+
+def _open_pty() -> tuple[int, int, str]:
+    """A raw, non-blocking pseudo-terminal pair: ``(master, slave, slave's device path)``."""
+    master, slave = os.openpty()
+    tty.setraw(slave)  # no echo, no line discipline: bytes pass through untouched
+    os.set_blocking(master, False)
+    return master, slave, os.ttyname(slave)
+
+
+def _build_firmware(
+    args: argparse.Namespace, params: PendulumParams, gap: GapEffects | None, start_s: float
+) -> Firmware:
+    """The firmware powered on at ``start_s``, its plant the gap's if any, faults injected."""
+    plant = GapPlant(params, gap, seed=args.seed) if gap is not None else None
+    firmware = Firmware(
+        params,
+        deadman_timeout_ms=args.deadman_ms,
+        start_time_s=start_s,
+        seed=args.seed,
+        plant=plant,
+    )
+    firmware.stuck_driver = args.stuck_driver
+    firmware.no_deadman = args.no_deadman
+    firmware.reversed = frozenset(args.reversed)
+    firmware.clock_offset_s = args.clock_offset_s
+    return firmware
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -692,40 +795,8 @@ def main(argv: list[str] | None = None) -> int:
         params, gap = load_rig(args.params) if args.params else (PendulumParams(), None)
         if gap is not None and args.firmware == 'c':
             refuse_gap_rig(args.params)
-        faults = FaultConfig(
-            drop_every=args.drop_every,
-            garbage_every=args.garbage_every,
-            garbage_bytes=args.garbage_bytes,
-            stall_every=args.stall_every,
-            stall_ms=args.stall_ms,
-            freeze_after_s=args.freeze_after,
-            exit_after_s=args.exit_after,
-            start_after_s=args.faults_after,
-            after_replies=args.faults_after_replies,
-            for_replies=args.faults_for_replies,
-            reset=args.reset,
-        )
-        if not DEADMAN_RANGE_MS[0] <= args.deadman_ms <= DEADMAN_RANGE_MS[1]:
-            raise ValueError(f'--deadman-ms must be in {DEADMAN_RANGE_MS}, got {args.deadman_ms}')
-        if args.stuck_driver and args.firmware == 'c':
-            raise ValueError('--stuck-driver is a fault of the Python emulator only')
-        if args.reversed and args.firmware == 'c':
-            raise ValueError('--reversed is a fault of the Python emulator only')
-        if args.no_deadman and args.firmware == 'c':
-            raise ValueError('--no-deadman is a fault of the Python emulator only')
-        if args.reset and args.firmware == 'c':
-            raise ValueError('--reset is a fault of the Python emulator only')
-        if (args.faults_after_replies or args.faults_for_replies) and args.firmware == 'c':
-            raise ValueError(
-                '--faults-after-replies and --faults-for-replies are faults of the Python '
-                'emulator only'
-            )
-        if not 0.0 <= args.clock_offset_s < 2**32 / 1e6:
-            raise ValueError(
-                f'--clock-offset-s must be in [0, 4294.967), got {args.clock_offset_s}'
-            )
-        if args.clock_offset_s and args.firmware == 'c':
-            raise ValueError('--clock-offset-s is an option of the Python emulator only')
+        faults = _fault_config(args)
+        _check_options(args)
         if args.check:
             return 0
         claim = claim_link(Path(args.link))
@@ -741,26 +812,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f'rig_emulator: error: {exc}', file=sys.stderr)
         return 2
 
-    master, slave = os.openpty()
-    tty.setraw(slave)  # no echo, no line discipline: bytes pass through untouched
-    os.set_blocking(master, False)
-    device = os.ttyname(slave)
+    master, slave, device = _open_pty()
     link = Path(args.link)
     rt_note = try_realtime(args.rt_priority, cpu=args.cpu if args.cpu >= 0 else None)
     start = time.monotonic()
-    plant = GapPlant(params, gap, seed=args.seed) if gap is not None else None
-    firmware = Firmware(
-        params, deadman_timeout_ms=args.deadman_ms, start_time_s=start, seed=args.seed, plant=plant
-    )
-    firmware.stuck_driver = args.stuck_driver
-    firmware.no_deadman = args.no_deadman
-    firmware.reversed = frozenset(args.reversed)
-    firmware.clock_offset_s = args.clock_offset_s
+    firmware = _build_firmware(args, params, gap, start)
     server = _Server(firmware, faults, master, stop)
     server.stop_grace_s = max(0.0, args.stop_grace_ms) / 1000.0
     firmware.on_event = on_event
     ready = f'READY {device} {link} physics={params.physics_rate_hz:.0f}Hz {rt_note}'
-    if plant is not None:
+    if gap is not None:
         ready += ' plant=gap'
     try:
         _make_link(link, device)

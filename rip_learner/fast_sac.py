@@ -184,6 +184,11 @@ class FastSacUpdate:
     def train(self, gradient_steps: int, batch_size: int, update_actor: bool = True) -> None:
         """What ``model.train(gradient_steps, batch_size)`` does, faster.
 
+        One function of ~100 lines on purpose: it is SB3's ``train()`` step for step (critic
+        target, critic loss, actor and entropy losses, Polyak update), read side by side with
+        it (``test_fast_sac`` compares the two), and it runs 200 times a second on two cores,
+        where each extra call and tensor hand-over shows in the learner's throughput.
+
         :param update_actor: False updates the critics (and their targets) only: the actor
             and the entropy coefficient stay as they are.
         """

@@ -103,7 +103,7 @@ def _signal_moments(text: str) -> bool:
 
 
 def _deadman_range(text: str) -> bool:
-    from rip_control.rig.emulator import DEADMAN_RANGE_MS
+    from rip_control.rig.emulator_args import DEADMAN_RANGE_MS
 
     return text == '–'.join(str(v) for v in DEADMAN_RANGE_MS)
 

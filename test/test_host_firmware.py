@@ -21,7 +21,7 @@ import pytest
 
 from rip_control.procs import child_env
 from rip_control.rig.dynamics import FurutaDynamics, PendulumParams
-from rip_control.rig.emulator import build_arg_parser
+from rip_control.rig.emulator_args import build_arg_parser
 from rip_control.rig.host_firmware import FIRMWARE_DIR, command_line
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,8 +12,8 @@ from rip_control.params import parse_options, table_by_name
 from rip_control.policy import PolicyRejected, load_actor_file
 from rip_control.rig.dynamics import PendulumParams
 from rip_control.rig.env import ACTION_SIZE, SimRotaryInvertedPendulumEnv, TaskConfig, obs_size
-from rip_learner import pretrain
-from rip_learner.pretrain import Curriculum, CurriculumEnv, Randomization
+from rip_learner import pretrain, randomization
+from rip_learner.randomization import Curriculum, CurriculumEnv, Randomization
 
 CONFIG = Path(__file__).resolve().parent.parent / 'config'
 REPO = CONFIG.parent
@@ -103,7 +103,7 @@ def _inside(rig: PendulumParams, r: Randomization) -> bool:
 
 
 def test_the_wide_randomisation_covers_the_worn_rig_and_not_the_heavy_or_stuck_one():
-    wide, standard = pretrain.RANDOMIZATIONS['wide'], pretrain.RANDOMIZATIONS['standard']
+    wide, standard = randomization.RANDOMIZATIONS['wide'], randomization.RANDOMIZATIONS['standard']
     assert standard == Randomization()
     rigs = {p.stem: PendulumParams.from_yaml(p) for p in SHIFTED}
     assert _inside(rigs['rig_shifted_worn'], wide)
@@ -145,7 +145,7 @@ def test_identified_ranges_are_as_wide_as_the_uncertainty_with_a_floor(tmp_path)
     }
     path = tmp_path / 'identified.yaml'
     path.write_text(yaml.safe_dump(ident))
-    r = pretrain.around_identified(path, 0.02)
+    r = randomization.around_identified(path, 0.02)
     assert r.motor_dead_zone_v == pytest.approx((-0.4, 0.4))  # 2 std
     assert r.sensing_latency_periods == pytest.approx((-0.2, 0.2))  # the floor, in periods
     assert r.motor_resistance_scale == pytest.approx((0.8, 1.2))  # 2 x 10 %

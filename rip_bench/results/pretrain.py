@@ -11,7 +11,7 @@ PRETRAIN = ('policies/sim_50hz/pretrain.json', 'policies/sim_50hz_wide/pretrain.
 def _randomisation() -> str:
     from dataclasses import fields
 
-    from rip_learner.pretrain import RANDOMIZATIONS
+    from rip_learner.randomization import RANDOMIZATIONS
 
     rows = ['| drawn per episode | standard | wide |', '|---|---|---|']
     std, wide = RANDOMIZATIONS['standard'], RANDOMIZATIONS['wide']
@@ -36,7 +36,7 @@ def _pretrain_setup(r: Records) -> str:
         f'(upright starts for the first {o["balance_steps"]} steps, then their share falling '
         f'to {_pct(o["final_upright_share"])} over {o["ramp_steps"]} steps, the rest hanging at '
         'rest) and domain randomisation per episode around the QUBE-Servo 2 '
-        '(`rip_learner.pretrain.RANDOMIZATIONS`: x scales the nominal value, + adds to it; '
+        '(`rip_learner.randomization.RANDOMIZATIONS`: x scales the nominal value, + adds to it; '
         'latency in control periods):\n\n'
         + _randomisation()
         + '\n\nIt stops once the deterministic evaluations from hanging balance at least '

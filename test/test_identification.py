@@ -25,7 +25,7 @@ from rip_control.rig.env import (
     TaskConfig,
 )
 from rip_control.rig.excitation import Excitation, ExcitationDesign
-from rip_learner import identify
+from rip_learner import ident_data, ident_model, ident_search, identify
 
 REPO = Path(__file__).resolve().parents[1]
 RIGS = sorted((REPO / 'config').glob('rig_*.yaml'))
@@ -174,13 +174,13 @@ def test_records_break_where_the_chain_or_the_episode_breaks() -> None:
     assert [r.from_rest for r in records] == [True, False, True]
 
 
-def _stuck_windows() -> identify.Windows:
+def _stuck_windows() -> ident_data.Windows:
     from rip_bench.identification import simulated_recording
 
     truth = PendulumParams.from_yaml(REPO / 'config' / 'rig_shifted_stuck.yaml')
     arrays = simulated_recording(truth, seed=0, episodes=1)
     records = identify.records_from_arrays(arrays, 0.02, 8.0)
-    return identify.make_windows(records, 25, identify.LATENCY_PERIODS + 1, 5)
+    return ident_data.make_windows(records, 25, ident_model.LATENCY_PERIODS + 1, 5)
 
 
 @pytest.mark.parametrize('scan', [True, False])
@@ -193,15 +193,15 @@ def test_the_dead_zone_scan_leaves_a_basin_the_search_alone_stays_in(scan: bool)
     """
     truth = PendulumParams.from_yaml(REPO / 'config' / 'rig_shifted_stuck.yaml')
     win = _stuck_windows()
-    fitted = [f if scan else replace(f, scan=0.0) for f in identify.FITTED]
-    space = identify._Space(fitted, truth, 0.02)
+    fitted = [f if scan else replace(f, scan=0.0) for f in ident_model.FITTED]
+    space = ident_search.Space(fitted, truth, 0.02)
     # Every other parameter right; a short search with a small step (10 generations).
     opts = _opts(restarts=0, generations=10, initial_step=0.01)
     start = space.start(replace(truth, motor_dead_zone_v=0.0))
     lines: list[str] = []
-    x, _ = identify._search(space, win, start, opts, time.monotonic() + 300, lines.append)
+    x, _ = ident_search.search(space, win, start, opts, time.monotonic() + 300, lines.append)
     found = space.params(x).motor_dead_zone_v
-    cost = identify._cost(identify.residuals([space.params(x), space.params(start)], win))
+    cost = ident_model.cost_of(ident_model.residuals([space.params(x), space.params(start)], win))
     assert cost[0] <= cost[1]  # never worse than where it started
     if scan:
         assert abs(found - 1.2) <= 0.1, (found, lines)
@@ -214,13 +214,15 @@ def test_a_search_out_of_time_ends_with_what_it_has() -> None:
     """A search whose time limit has passed returns its start: no generation, no polish."""
     truth = PendulumParams.from_yaml(REPO / 'config' / 'rig_shifted_stuck.yaml')
     win = _stuck_windows()
-    space = identify._Space(list(identify.FITTED), truth, 0.02)
+    space = ident_search.Space(list(ident_model.FITTED), truth, 0.02)
     start = space.start(truth)
     lines: list[str] = []
-    x, _ = identify._search(space, win, start, _opts(restarts=1), time.monotonic(), lines.append)
+    x, _ = ident_search.search(
+        space, win, start, _opts(restarts=1), time.monotonic(), lines.append
+    )
     assert sum('time_limit_s reached after 0 generations' in x for x in lines) == 1
     assert not any('polished' in x for x in lines)
-    cost = identify._cost(identify.residuals([space.params(x), space.params(start)], win))
+    cost = ident_model.cost_of(ident_model.residuals([space.params(x), space.params(start)], win))
     assert cost[0] <= cost[1]
 
 
@@ -242,10 +244,10 @@ def test_a_parameter_the_data_does_not_determine_keeps_the_prior_and_is_named(
     # A short search from the truth (accuracy is the acceptance test's), the pendulum damping
     # made undeterminable by a tolerance nothing meets.
     strict = [
-        identify.Fitted(f.name, f.low, f.high, f.log, f.relative, 1e-12, f.probe)
+        ident_model.Fitted(f.name, f.low, f.high, f.log, f.relative, 1e-12, f.probe)
         if f.name == 'pendulum_viscous_damping_nms_per_rad'
         else f
-        for f in identify.FITTED
+        for f in ident_model.FITTED
     ]
     lines: list[str] = []
     monkey = pytest.MonkeyPatch()

@@ -97,6 +97,9 @@ class TaskConfig(FromParams):
     :param reset_kp_v_per_rad: arm-centring gain of the reset loop.
     :param reset_kd_v_s_per_rad: arm damping gain of the reset loop.
     :param reset_pendulum_damping_v_s_per_rad: gain of the pendulum-calming term.
+    :param reset_pendulum_brake_v_per_rad: gain of the pendulum brake (on its angle's sine).
+    :param reset_brake_arm_rad: beyond this arm angle the brake never pushes the arm further
+        out (the centring alone acts there).
     :param reset_ki_v_per_rad_s: integral gain of the arm centring while the arm is still
         (it breaks a sticky arm away where the proportional term alone stays inside the dead
         zone and the stiction).
@@ -118,6 +121,8 @@ class TaskConfig(FromParams):
     reset_kp_v_per_rad: float = 4.0
     reset_kd_v_s_per_rad: float = 0.3
     reset_pendulum_damping_v_s_per_rad: float = 0.15
+    reset_pendulum_brake_v_per_rad: float = 3.0
+    reset_brake_arm_rad: float = 1.0
     reset_ki_v_per_rad_s: float = 5.0
 
     def __post_init__(self) -> None:
@@ -490,15 +495,24 @@ def reset_voltage(
     alpha_dot: float,
     integral_v: float = 0.0,
 ) -> float:
-    """The reset controller: centre the arm (PID) and calm the hanging pendulum.
+    """The reset controller: centre the arm (PID) and brake the hanging pendulum.
 
-    Driving the arm against the pendulum's velocity (times cos alpha) takes swing energy out
-    through the arm; in simulation it settles a 2.5 rad swing in 2.5 s instead of 3.1 s with
-    the PD alone (and far longer with the motor off). Positive gains destabilise.
-    ``integral_v`` is :func:`reset_integral`'s state.
+    The brake drives the arm with the pendulum's angle (``sin``) and against its velocity
+    (``cos`` times the rate). The arm's speed follows the voltage closely (back EMF), so a
+    voltage in phase with the pendulum's angle moves the pivot in phase with the pendulum's
+    velocity: work taken out of the swing every half period. On rigs whose motor has a wide
+    dead zone or whose arm sticks, a brake on the velocity alone stayed inside the dead zone
+    for a small swing, and the pendulum's own damping took 15-19 s to calm it; the angle term
+    reaches beyond it (offline, ``rip_bench.offline_rig``'s firmware, eight rigs from five
+    starts: mean 3.5 s to quiet and at most 18.9 s before, 2.2 s and 4.6 s with it). Beyond
+    ``reset_brake_arm_rad`` the brake never pushes the arm further out. ``integral_v`` is
+    :func:`reset_integral`'s state.
     """
     v = -config.reset_kp_v_per_rad * theta - config.reset_kd_v_s_per_rad * theta_dot
-    v -= config.reset_pendulum_damping_v_s_per_rad * math.cos(alpha_down) * alpha_dot
+    brake = config.reset_pendulum_brake_v_per_rad * math.sin(alpha_down)
+    brake -= config.reset_pendulum_damping_v_s_per_rad * math.cos(alpha_down) * alpha_dot
+    if not (abs(theta) > config.reset_brake_arm_rad and brake * theta > 0.0):
+        v += brake
     limit = 0.5 * config.max_action_v
     return max(-limit, min(limit, v + integral_v))
 

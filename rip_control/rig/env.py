@@ -502,10 +502,10 @@ def reset_voltage(
     voltage in phase with the pendulum's angle moves the pivot in phase with the pendulum's
     velocity: work taken out of the swing every half period. On rigs whose motor has a wide
     dead zone or whose arm sticks, a brake on the velocity alone stayed inside the dead zone
-    for a small swing, and the pendulum's own damping took 15-19 s to calm it; the angle term
-    reaches beyond it (offline, ``rip_bench.offline_rig``'s firmware, eight rigs from five
-    starts: mean 3.5 s to quiet and at most 18.9 s before, 2.2 s and 4.6 s with it). Beyond
-    ``reset_brake_arm_rad`` the brake never pushes the arm further out. ``integral_v`` is
+    for a small swing, and the pendulum's own damping took most of the timeout to calm it; the
+    angle term reaches beyond it (``python -m rip_bench reset``, offline:
+    ``bench/results/reset_offline.json``). Beyond ``reset_brake_arm_rad`` the brake never
+    pushes the arm further out. ``integral_v`` is
     :func:`reset_integral`'s state.
     """
     v = -config.reset_kp_v_per_rad * theta - config.reset_kd_v_s_per_rad * theta_dot

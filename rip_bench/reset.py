@@ -1,0 +1,139 @@
+"""The reset between episodes, offline: time to quiet and the arm's reach, per rig and start.
+
+``python -m rip_bench reset --json bench/results/reset_offline.json``
+
+The rig env's own reset (:func:`rip_control.rig.env.reset_voltage`, its integral and its
+quiet rule, ``QUIET_*``) run tick by tick at the control rate against the emulator's firmware
+on an explicit clock (:mod:`rip_bench.offline_rig`), from starts an episode leaves behind: the
+arm off centre and moving, the pendulum swinging wide or near upright. Each start is placed
+directly (offline only). The reset's brake on the pendulum's angle is compared with none
+(``reset_pendulum_brake_v_per_rad`` 0: the brake on its velocity alone, the reset before it).
+The record: per rig, controller and start, the seconds to quiet (``reset_timeout_s`` if never)
+and the largest arm angle on the way.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+import math
+from typing import Any
+
+NAME = 'reset'
+HELP = "the reset between episodes, offline: seconds to quiet, the arm's reach"
+
+RIGS = (
+    'config/rig_qube_servo2.yaml',
+    'config/rig_shifted_stuck.yaml',
+    'config/rig_shifted_worn.yaml',
+    'config/rig_shifted_heavy.yaml',
+    'bench/rigs/gap_mild.yaml',
+    'bench/rigs/gap_sticky.yaml',
+    'bench/rigs/gap_laggy.yaml',
+    'bench/rigs/gap_heavy_tip.yaml',
+)
+STARTS = (
+    # (theta, theta_dot, alpha from hanging, alpha_dot): what episodes leave behind
+    (1.5, 2.0, math.pi - 0.3, 0.0),  # ended at the arm limit, the pendulum near upright
+    (-1.0, 0.0, 2.0, 3.0),  # a wide swing, the arm off centre
+    (0.0, 0.0, 1.0, 0.0),  # a swing released at 1 rad
+    (0.3, 0.0, 0.3, 0.0),  # small, off centre
+    (0.0, -3.0, math.pi - 0.05, 4.0),  # fallen from upright, the arm moving
+)
+CONTROLLERS = ('angle and velocity brake', 'velocity brake alone')
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The ``reset`` options."""
+    ap.add_argument('--rigs', nargs='+', default=list(RIGS))
+    ap.add_argument('--seed', type=int, default=0, help='encoder noise: seed + start index')
+
+
+def settle(rig_file: str, start: tuple[float, ...], seed: int, brake: bool) -> dict[str, Any]:
+    """One reset from ``start``: seconds to quiet (None: timed out) and the arm's reach."""
+    from rip_bench.offline_rig import OfflineRig
+    from rip_bench.paths import REPO
+    from rip_control.params import CONTROL_PARAMETERS, defaults
+    from rip_control.rig import env
+    from rip_control.rig.gap_plant import load_rig
+
+    params, gap = load_rig(REPO / rig_file)
+    rig = OfflineRig(params, gap, seed=seed)
+    c = env.TaskConfig.from_params(defaults(CONTROL_PARAMETERS))
+    if not brake:
+        c = replace(c, reset_pendulum_brake_v_per_rad=0.0)
+    dt = c.period_s
+    rig.engage()
+    rig.firmware.advance_to(0.0)
+    rig.firmware.dynamics.set_state(*start)
+    prev, t, still, integral, reach = rig.read(), 0.0, None, 0.0, 0.0
+    quiet_vel: tuple[float, ...] = (0.0, 0.0)
+    while t < c.reset_timeout_s:
+        t += dt
+        cur = rig.at(t).read()
+        d = max(cur.time_s - prev.time_s, 1e-6)
+        theta_dot, alpha_dot = (cur.theta - prev.theta) / d, (cur.alpha - prev.alpha) / d
+        alpha_down, prev = env.wrap_angle(cur.alpha), cur
+        k = env.QUIET_FILTER
+        quiet_vel = tuple(
+            q + k * (v - q) for q, v in zip(quiet_vel, (theta_dot, alpha_dot), strict=True)
+        )
+        reach = max(reach, abs(cur.theta))
+        quiet = (
+            abs(cur.theta) < env.QUIET_ARM_RAD
+            and abs(quiet_vel[0]) < env.QUIET_ARM_RAD_S
+            and abs(alpha_down) < env.QUIET_PENDULUM_RAD
+            and abs(quiet_vel[1]) < env.QUIET_PENDULUM_RAD_S
+        )
+        still = (still if still is not None else t) if quiet else None
+        if still is not None and t - still >= env.QUIET_S:
+            return {'seconds': round(t, 3), 'settled': True, 'arm_reach_rad': round(reach, 3)}
+        integral = env.reset_integral(c, integral, cur.theta, quiet_vel[0], dt)
+        rig.set_voltage(
+            env.reset_voltage(c, cur.theta, theta_dot, alpha_down, alpha_dot, integral)
+        )
+    return {'seconds': round(t, 3), 'settled': False, 'arm_reach_rad': round(reach, 3)}
+
+
+def run(a: argparse.Namespace) -> dict[str, Any]:
+    """Every rig, both controllers, every start: the JSON record."""
+    out: dict[str, Any] = {'starts': [list(s) for s in STARTS], 'seed': a.seed, 'rigs': {}}
+    for rig in a.rigs:
+        out['rigs'][rig] = {}
+        for name in CONTROLLERS:
+            runs = [
+                settle(rig, start, a.seed + i, brake=name == CONTROLLERS[0])
+                for i, start in enumerate(STARTS)
+            ]
+            out['rigs'][rig][name] = runs
+            print(
+                f'{rig}: {name}: '
+                + ', '.join(
+                    f'{r["seconds"]:.1f} s' + ('' if r['settled'] else ' (timeout)') for r in runs
+                )
+                + f'; arm reach {max(r["arm_reach_rad"] for r in runs):.2f} rad',
+                flush=True,
+            )
+    return out
+
+
+def table(records: list[dict[str, Any]]) -> str:
+    """Seconds to quiet (mean and largest over the starts) and the arm's reach, by rig."""
+    lines = [
+        '| rig | controller | mean s to quiet | largest | timed out | arm reach, rad |',
+        '|---|---|---|---|---|---|',
+    ]
+    for d in records:
+        for rig, by in d['rigs'].items():
+            for name, runs in by.items():
+                s = [r['seconds'] for r in runs]
+                lines.append(
+                    f'| {rig.rsplit("/", 1)[-1].removesuffix(".yaml")} | {name} | '
+                    f'{sum(s) / len(s):.1f} | {max(s):.1f} | '
+                    f'{sum(not r["settled"] for r in runs)} of {len(runs)} | '
+                    f'{max(r["arm_reach_rad"] for r in runs):.2f} |'
+                )
+    return '\n'.join(lines)
+
+
+TABLES = {NAME: table}

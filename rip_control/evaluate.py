@@ -195,6 +195,7 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
         ),
         'cut_attempts_dropped': recorder.cut_attempts,
         'ticks': run.get('ticks'),
+        'reset_s': run.get('reset_s', []),
         'failure': run['failure'],
         'interrupted': run['interrupted'],
     }

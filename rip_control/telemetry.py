@@ -66,6 +66,7 @@ class EpisodeTiming:
     kind: str = 'training'  # one of EPISODE_KINDS
     verdict: str = ''  # of an evaluation: baseline, promoted, rejected
     live_version: int = -1  # the live policy after the episode (guard off: the first)
+    reset_s: float = math.nan  # the reset before the episode, rig seconds
 
 
 class TimingCsv:

@@ -221,6 +221,12 @@ def test_timing_csv_holds_both_episodes(one_rig_run):
     assert _timing_rows(run_dir / 'timing.csv') == 2
     # The regression guard (on in config/finetune.yaml) measured the initial policy first.
     assert _timing_rows(run_dir / 'timing.csv', 'evaluation') >= 1
+    # Each row says how long the reset before its episode took: ticks of the loop, engaged.
+    import csv
+
+    with (run_dir / 'timing.csv').open(newline='') as f:
+        resets = [float(r['reset_s']) for r in csv.DictReader(f)]
+    assert all(0.0 < s < 20.0 for s in resets), resets
 
 
 def test_the_motor_is_disengaged_by_the_node_before_the_emulator_powers_down(one_rig_run):

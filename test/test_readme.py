@@ -815,6 +815,11 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
     assert d['adapted_episodes_s'] == went_on
     assert phases['1_sim_retrain']['rig_seconds'] == 0.0
     assert s['rig_seconds'] == pytest.approx(sum(p['rig_seconds'] for p in s['phases']))
+    # Of it, the resets between episodes, each phase's as its node counted them.
+    assert 0.0 < s['reset_seconds'] < s['rig_seconds'], s['reset_seconds']
+    assert s['reset_seconds'] == pytest.approx(
+        sum(p.get('reset_seconds', 0.0) for p in s['phases'])
+    )
     seconds = ExcitationDesign().duration_s + episode_s  # the excitation and an episode
     assert seconds < phases['0_baseline']['rig_seconds']
     rows = (out / '0_baseline' / 'timing.csv').read_text().splitlines()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rip_control.adapting.record import PHASES, Adapt
+from rip_control.adapting.record import PHASES, Adapt, reset_seconds
 
 RESERVE_FACTOR = 1.1  # the final deployment's rig time, over the candidate's deployment's
 
@@ -70,6 +70,7 @@ def finetune_within_budget(
         lambda run: {
             'policy': str(start),
             **{k: run[k] for k in ('episodes', 'evaluations', 'live_policy_version') if k in run},
+            'reset_seconds': reset_seconds(run),
         },
     )
     for e in fine.get('evaluations', []):

@@ -117,6 +117,8 @@ class Adapt:
             'rate_hz': self.rate,
             'seed': self.seed,
             'rig_seconds': self.rig_s,
+            # Of it, resetting between episodes (the phases' resets, as their nodes counted).
+            'reset_seconds': round(sum(p.get('reset_seconds', 0.0) for p in self.phases), 2),
             'rig_budget_s': self.budget_s,
             'wall_seconds': self.earlier.get('wall_seconds', 0.0) + time.monotonic() - self.t0,
             **self.results,
@@ -241,7 +243,11 @@ class Adapt:
             name,
             args,
             lambda a: _with_run(evaluate(a, stream_logs=self.stream)),
-            lambda report: {'policy': str(policy), 'episodes': _episodes(report)},
+            lambda report: {
+                'policy': str(policy),
+                'episodes': _episodes(report),
+                'reset_seconds': reset_seconds(report),
+            },
         )
         mean = mean_of(balances(report))
         # Resuming, a finished phase's point where the record has it (rig time set aside since
@@ -392,3 +398,8 @@ def _set_aside(a: Adapt) -> None:
         )
         + f' ({a.rig_s:.0f} s of rig time); the finished are read from the record, not run'
     )
+
+
+def reset_seconds(run: dict[str, Any]) -> float:
+    """The rig seconds a runner phase spent resetting (its episodes' resets; 0 unknown)."""
+    return round(sum(s for s in run.get('reset_s') or [] if s is not None), 2)

@@ -60,6 +60,7 @@ EPISODE_FIELDS = (
     'eval_missed',
     'eval_score',
     'eval_balance_s',
+    'reset_s',
 )
 
 
@@ -219,6 +220,7 @@ class LoopOutputs:
                     kind=ep.kind,
                     verdict=ep.verdict,
                     live_version=ep.live_version,
+                    reset_s=ep.reset_s,
                 ),
             )
         if not publish:
@@ -247,6 +249,7 @@ class LoopOutputs:
             float(MISSED.index(ep.eval_missed) if ep.eval_missed in MISSED else 0),
             ep.eval_score,
             ep.eval_balance_s,
+            ep.reset_s,
         ]
         self._episode_pub.publish(msg)
         kind = {'training': 'episode'}.get(ep.kind, f'{ep.kind} episode')

@@ -241,6 +241,7 @@ class EpisodeSummary:
     best_version: int = -1
     best_score: float = math.nan
     balance_reference_s: float = math.nan
+    reset_s: float = math.nan  # the reset before the episode, rig seconds (ticks x period)
 
     def __post_init__(self) -> None:
         if self.kind not in EPISODE_KINDS:
@@ -325,6 +326,7 @@ class ControlLoop:
         self._episode = _Episode()
         self._obs: np.ndarray = np.zeros(0, dtype=np.float32)
         self._settled = False
+        self._reset_ticks = 0  # the ticks of the reset before the next episode
         self._clean_streak = 0
         self._errors_in_row = 0
 
@@ -438,9 +440,11 @@ class ControlLoop:
         env, phase = self.env, self.phase
         if phase is Phase.BEGIN_RESET:
             env.begin_reset()  # engage and first read, on a tick of its own
+            self._reset_ticks = 1
             self._enter(Phase.RESETTING)
         elif phase is Phase.RESETTING:
             done, settled = env.reset_step()
+            self._reset_ticks += 1
             if done:
                 self._settled = settled
                 self._enter(Phase.EPISODE_START)  # the episode starts on the next tick
@@ -456,6 +460,7 @@ class ControlLoop:
                     kind='evaluation' if evaluation else 'training',
                     actor=actor if self.guard.enabled else None,
                 )
+            self._episode.reset_s = self._reset_ticks * env.config.period_s
             self._enter(Phase.EPISODE)
             self._act()
         else:  # Phase.EPISODE
@@ -594,6 +599,7 @@ class ControlLoop:
             best_version=guard.best_version,
             best_score=guard.best_score,
             balance_reference_s=guard.balance_reference_s,
+            reset_s=episode.reset_s,
         )
         st.episodes += 1
         self.episodes_out.push_from_rt(summary)
@@ -619,6 +625,7 @@ class _Episode:
         self.policy_version = 0
         self.published = 0
         self.dropped_late = 0
+        self.reset_s = math.nan  # the reset before it (set by the loop)
 
     def record_tick(
         self, timing: TickTiming, strike: bool, info: dict, balance_threshold_rad: float

@@ -50,6 +50,8 @@ def summarise(
         'resumed_buffer': resumed or None,
         'episode_returns': [e['return'] for e in eps],
         'balance_s': [e['balance_s'] for e in eps],
+        # The reset before each episode, rig seconds (None from a node that does not say).
+        'reset_s': [finite_or_none(e.get('reset_s')) for e in eps],
         'policy_versions': [int(e['policy_version']) for e in eps],
         'evaluations': [_evaluation(e) for e in evs],
         'live_policy_version': int(evs[-1]['live_version']) if evs else None,

@@ -202,7 +202,13 @@ ADAPT = Result(
 #: ``adapt`` on the reality-gap rigs (``bench/rigs/gap_*.yaml``: a plant outside the model).
 GAP_ADAPT = tuple(
     f'adapt_gap_{rig}_seed{seed}.json'
-    for rig, seed in (('sticky', 0), ('sticky', 1), ('laggy', 0), ('heavy_tip', 0))
+    for rig, seed in (
+        ('sticky', 0),
+        ('sticky', 1),
+        ('laggy', 0),
+        ('heavy_tip', 0),
+        ('heavy_tip', 1),
+    )
 )
 
 
@@ -216,6 +222,22 @@ def _gap_adapt_setup(r: Records) -> str:
     )
 
 
+def _gain_text(d: dict[str, Any]) -> str:
+    """What the fine-tune on the rig added over the policy it started from, with its interval."""
+    if 'finetune_gain_s' not in d:  # a record from before the gain was measured
+        episodes = (d.get('finetune') or {}).get('episodes') or 0
+        return f'{episodes} fine-tune episodes (their gain not measured in this record); '
+    g = d['finetune_gain_s']
+    if not g or g.get('mean') is None:
+        return 'no fine-tune episode (the candidate is the result); '
+    interval = (
+        f' (90 % interval {g["ci90_low"]:+.2f} to {g["ci90_high"]:+.2f})'
+        if g.get('ci90_low') is not None
+        else ''
+    )
+    return f'the fine-tune {g["mean"]:+.2f} s over its start{interval}; '
+
+
 def _gap_adapt_conclusion(r: Records) -> str:
     runs = [r[n] for n in GAP_ADAPT]
     lines = []
@@ -226,7 +248,9 @@ def _gap_adapt_conclusion(r: Records) -> str:
             f'{Path(d["rig"]).stem} (seed {d["seed"]}): {_before(d):.2f} s -> {_after(d):.2f} s; '
             f'the re-trained candidate {d["candidate"]["balance_s"]:.2f} s '
             f'({d["candidate"]["verdict"]}) at {_minutes(_candidate_at_s(d))} rig-minutes; '
-            f'{_minutes(d["rig_seconds"])} rig-minutes in all; the identification kept '
+            f'{_minutes(d["rig_seconds"])} rig-minutes in all; '
+            + _gain_text(d)
+            + 'the identification kept '
             + (_and(kept) if kept else 'no term')
             + (
                 f' and left {sel["unexplained_counts"]:.1f} encoder counts unexplained'
@@ -239,16 +263,28 @@ def _gap_adapt_conclusion(r: Records) -> str:
         by_rig.setdefault(Path(d['rig']).stem, []).append(_after(d))
     spread = [
         f'{rig}: {len(v)} seeds, final balances {_list(v)} s, {max(v) - min(v):.2f} s apart'
+        + (
+            f' ({"within" if max(v) - min(v) <= 1.0 else "not within"} a second; '
+            f'{"every" if min(v) >= FLOOR_S else "not every"} seed at {FLOOR_S:g} s or more)'
+            if len(v) >= 3
+            else ''
+        )
         for rig, v in by_rig.items()
         if len(v) > 1
     ]
+    few = sorted(rig for rig, v in by_rig.items() if len(v) < 3)
     return (
         _bullets(*lines)
         + '\n\n'
         + (('Over seeds: ' + '; '.join(spread) + '. ') if spread else '')
-        + 'Too few seeds to call the outcome dependable: the goal is three seeds per rig '
-        'within a second of each other. A 10-s deployment from hanging caps balance near 9 s: '
-        'the minute-long deployments below show what these policies hold.'
+        + (
+            f'Too few seeds on {_and(few)} to call the outcome dependable there (the goal: three '
+            'seeds per rig within a second of each other). '
+            if few
+            else ''
+        )
+        + 'A 10-s deployment from hanging caps balance near 9 s: the minute-long deployments '
+        'below show what these policies hold.'
     )
 
 

@@ -158,6 +158,11 @@ def plot_traces(
     plt.close(fig)
 
 
+def with_defaults(args: dict[str, str]) -> dict[str, str]:
+    """The runner's arguments an evaluation runs with: its own defaults, then the typed."""
+    return {**DEFAULTS, **args}
+
+
 def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
     """Deploy and measure; return the report also written to ``evaluation.json``."""
     from rip_control import finetune
@@ -168,7 +173,7 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
     policy = args.get('policy', '')
     if policy not in ('', 'auto') and not Path(policy).is_file():
         raise ValueError(f'policy:={policy}: no such file')
-    args = {**DEFAULTS, **args}
+    args = with_defaults(args)
     recorder = TransitionRecorder()
     run = finetune.run(
         args,

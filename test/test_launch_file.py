@@ -226,7 +226,8 @@ def test_timing_csv_holds_both_episodes(one_rig_run):
 
     with (run_dir / 'timing.csv').open(newline='') as f:
         resets = [float(r['reset_s']) for r in csv.DictReader(f)]
-    assert all(0.0 < s < 20.0 for s in resets), resets
+    # Each at least the 0.5 s of stillness the reset waits for (less a skipped tick or two).
+    assert all(0.4 <= s < 20.0 for s in resets), resets
 
 
 def test_the_motor_is_disengaged_by_the_node_before_the_emulator_powers_down(one_rig_run):

@@ -92,19 +92,32 @@ def test_runner_plan_has_the_launch_files_executables_and_parameters():
 def test_a_plan_reads_the_params_file_once_and_knows_what_the_user_set(tmp_path, monkeypatch):
     """One parse of the input: the file read once, typed names and the file's both count."""
     path = tmp_path / 'p.yaml'
-    path.write_text('rip_control:\n  ros__parameters:\n    episodes: 4\n')
+    path.write_text(
+        'rip_control:\n  ros__parameters:\n    episodes: 4\n    run_id: mine\n'
+        'rip_learner:\n  ros__parameters:\n    run_id: mine\n'
+    )
     reads: list[Path] = []
     real = launching.read_params_file
-    monkeypatch.setattr(launching, 'read_params_file', lambda p: reads.append(p) or real(p))
+
+    def once(p: Path) -> dict:  # the file is gone after its first read: a second would fail
+        reads.append(p)
+        out = real(p)
+        p.rename(p.with_suffix('.read'))
+        return out
+
+    monkeypatch.setattr(launching, 'read_params_file', once)
     args = {'params_file': str(path), 'seed': '3', 'run_name': '', 'runs_dir': str(tmp_path)}
     specs, _ = launching.plan(args, pid=1)
     assert reads == [path], reads
+    path.with_suffix('.read').rename(path)
     inp = RunnerInput.parse(args)
     assert inp.set_by_user('seed') and inp.set_by_user('episodes')  # typed; in the file
     assert not inp.set_by_user('run_name')  # typed empty: the launch file's "not given"
     assert not inp.set_by_user('eval_episodes')
     control = next(s for s in specs if s.label == 'control')
     assert control.params['episodes'] == 4 and control.params['seed'] == 3
+    # run_id set in the file counts as the user's: the plan keeps it instead of drawing one.
+    assert control.params['run_id'] == 'mine'
 
 
 def test_a_params_file_is_typed_by_the_table_and_unknown_keys_are_refused(tmp_path):

@@ -1,5 +1,8 @@
 """The one parameter table: how ``name:=value`` text and YAML values become typed values."""
 
+import math
+from typing import Any
+
 import pytest
 
 from rip_control.params import CONTROL_PARAMETERS, LEARNER_PARAMETERS, From, Param, parse_options
@@ -152,3 +155,79 @@ def test_configs_built_from_the_table_carry_its_defaults_scaled_to_their_units()
     assert learner.dt_tolerance_s == pytest.approx(0.005)
     with pytest.raises(ValueError, match='serial_port is empty'):
         NodeSettings.from_params()
+
+
+def _other_value(p: Param) -> Any:
+    """A valid value of ``p`` other than its default."""
+    d = p.default
+    if isinstance(d, bool):
+        return not d
+    if isinstance(d, list):
+        return [max(1, int(v) // 2) for v in d] if d and d != [1] * len(d) else [2]
+    if isinstance(d, (int, float)):
+        lo = p.lo if p.lo is not None else -math.inf
+        hi = p.hi if p.hi is not None else math.inf
+        for x in (
+            d + 1,
+            d * 2 + 1,
+            d - 1,
+            lo,
+            hi,
+            (lo + hi) / 2 if math.isfinite(hi) else d + 0.5,
+        ):
+            if not math.isfinite(x):
+                continue
+            x = type(d)(x)
+            if lo <= x <= hi and x != d:
+                return x
+        raise AssertionError(f'no other value for {p.name}')
+    return 'other'
+
+
+def _leaves(obj: Any, prefix: str = '') -> dict[str, Any]:
+    """Every field of a config, nested configs' fields by their path."""
+    import dataclasses
+
+    out = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            out.update(_leaves(value, f'{prefix}{f.name}.'))
+        else:
+            out[prefix + f.name] = value
+    return out
+
+
+@pytest.mark.parametrize('node', ['control', 'learner'])
+def test_each_parameters_value_reaches_its_one_field(node):
+    """A value other than the default, given for one parameter, changes one field: its own.
+
+    Built as the node builds its settings (nested configs included), with the values the
+    table's defaults give for the rest: a config that dropped what it was given, or read
+    another parameter, fails here.
+    """
+    from rip_control.params import defaults
+
+    if node == 'control':
+        from rip_control.ros.control_settings import NodeSettings as Settings
+
+        table = CONTROL_PARAMETERS
+        base_values = {**defaults(table), 'serial_port': '/dev/null'}
+    else:
+        from rip_learner.learner_settings import LearnerSettings as Settings
+
+        table = LEARNER_PARAMETERS
+        base_values = defaults(table)
+    assert Settings.TABLE is table
+    base = _leaves(Settings.from_params(base_values))
+    refused = []
+    for p in table:
+        other = _other_value(p)
+        try:
+            changed = _leaves(Settings.from_params({**base_values, p.name: other}))
+        except ValueError:  # a combination the config refuses (named): not this test's
+            refused.append(p.name)
+            continue
+        moved = sorted(k for k in base if changed[k] != base[k])
+        assert len(moved) == 1, (p.name, other, moved)
+    assert len(refused) <= 3, refused  # not vacuous: nearly every parameter was tried

@@ -245,7 +245,8 @@ LAUNCH_ARGUMENTS = (
     ),
     LaunchArgument(
         'emulator_link',
-        'where the emulator links its pty',
+        'where the emulator links its pty (the runners, when not given: '
+        "/tmp/rip_rig_<the runner's pid>, one per runner)",
         kind=Param('emulator_link', '/tmp/rip_rig', 'path'),
     ),
 )

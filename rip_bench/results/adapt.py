@@ -208,6 +208,7 @@ GAP_ADAPT = tuple(
         ('laggy', 0),
         ('heavy_tip', 0),
         ('heavy_tip', 1),
+        ('heavy_tip', 2),
     )
 )
 

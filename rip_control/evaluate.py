@@ -200,7 +200,7 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
         ),
         'cut_attempts_dropped': recorder.cut_attempts,
         'ticks': run.get('ticks'),
-        'reset_s': run.get('reset_s', []),
+        'reset_seconds': run.get('reset_seconds', 0.0),
         'failure': run['failure'],
         'interrupted': run['interrupted'],
     }

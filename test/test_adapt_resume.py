@@ -40,10 +40,12 @@ def _short(command: str, runs: Path) -> list[str]:
     """``command`` on the nominal rig, with arguments appended to keep it short.
 
     One short episode per deployment, the identification given, a short re-training, and a
-    budget with room for one fine-tune episode (and the guard's evaluations).
+    budget with room for one fine-tune episode (and the guard's evaluations): the reset after
+    a fallen evaluation episode takes about 3 s (its brake), twice the deployments' own, from
+    which adapt prices the fine-tune's, so 36 s (at 30 s one run in two fitted none).
     """
     return argv(command.replace('config/rig_shifted_stuck.yaml', NOMINAL)) + [
-        'rig_minutes:=0.5',
+        'rig_minutes:=0.6',
         f'identification:={NOMINAL}',
         'retrain_minutes:=0.2',
         'retrain_steps:=600',

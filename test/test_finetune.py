@@ -1,5 +1,6 @@
 """The whole fine-tune with real processes: V4 (short), resume, and a learner killed mid-run."""
 
+import csv
 import json
 from pathlib import Path
 import re
@@ -112,7 +113,8 @@ def test_a_serial_stall_is_ridden_out_and_the_run_finishes_its_owed_episodes(tmp
     assert 'SerialFailure' in out and out.count('re-activating (') >= 1, out[-4000:]
     assert s['violation_restarts'] >= 1 and s['episodes'] == 2, s
     run = tmp_path / 'runs' / 'v4'
-    kinds = [r.split(',')[-3] for r in (run / 'timing.csv').read_text().splitlines()[1:]]
+    with (run / 'timing.csv').open(newline='') as f:
+        kinds = [r['kind'] for r in csv.DictReader(f)]
     assert kinds.count('training') == 2, kinds  # the owed ones only, over both activations
     ticks = s['ticks']
     # The first training episode finished before the stall, the second after the re-activation:
@@ -217,9 +219,10 @@ def test_a_harmful_update_never_drives_the_rig(tmp_path):
         run / 'policy_best.safetensors', rate_hz=50.0, obs_size=OBS_SIZE, action_size=ACTION_SIZE
     )
     assert best.version == baseline['policy_version']
-    rows = (run / 'timing.csv').read_text().splitlines()
-    assert rows[0].split(',')[-3:] == ['kind', 'verdict', 'live_version']
-    assert sum(',evaluation,' in r for r in rows) == len(evals)
+    with (run / 'timing.csv').open(newline='') as f:
+        rows = list(csv.DictReader(f))
+    assert {'kind', 'verdict', 'live_version', 'reset_s'} <= set(rows[0]), rows[0]
+    assert sum(r['kind'] == 'evaluation' for r in rows) == len(evals)
 
 
 def test_finetune_refuses_bad_arguments_clearly(tmp_path):

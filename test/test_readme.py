@@ -830,7 +830,8 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
     assert seconds < phases['0_baseline']['rig_seconds']
     rows = (out / '0_baseline' / 'timing.csv').read_text().splitlines()
     assert rows[1].startswith(f'0,{EXCITATION_TICKS},'), rows
-    assert rows[1].split(',')[-3] == 'excitation', rows
+    with (out / '0_baseline' / 'timing.csv').open(newline='') as f:
+        assert next(csv.DictReader(f))['kind'] == 'excitation', rows
     assert s['rig_seconds'] < s['wall_seconds']
     # Identified from the excitation and the episode: the stuck rig's latency (30 ms) is seen.
     assert s['identified']['sensing_latency_s']['value'] > 0.02

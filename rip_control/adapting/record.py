@@ -401,5 +401,5 @@ def _set_aside(a: Adapt) -> None:
 
 
 def reset_seconds(run: dict[str, Any]) -> float:
-    """The rig seconds a runner phase spent resetting (its episodes' resets; 0 unknown)."""
-    return round(sum(s for s in run.get('reset_s') or [] if s is not None), 2)
+    """The rig seconds a runner phase spent resetting, as its summary says (0: not said)."""
+    return float(run.get('reset_seconds') or 0.0)

@@ -50,8 +50,16 @@ def summarise(
         'resumed_buffer': resumed or None,
         'episode_returns': [e['return'] for e in eps],
         'balance_s': [e['balance_s'] for e in eps],
-        # The reset before each episode, rig seconds (None from a node that does not say).
-        'reset_s': [finite_or_none(e.get('reset_s')) for e in eps],
+        # Rig seconds spent resetting before the episodes of every kind (excitation and the
+        # guard's evaluations included), as the node counted them.
+        'reset_seconds': round(
+            sum(
+                e['reset_s']
+                for e in (*eps, *evs, *monitor.excitations)
+                if finite_or_none(e.get('reset_s')) is not None
+            ),
+            2,
+        ),
         'policy_versions': [int(e['policy_version']) for e in eps],
         'evaluations': [_evaluation(e) for e in evs],
         'live_policy_version': int(evs[-1]['live_version']) if evs else None,

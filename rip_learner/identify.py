@@ -42,7 +42,7 @@ their measured dt. The rig description of an emulated rig is never read.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 import math
 from pathlib import Path
 import sys
@@ -94,7 +94,11 @@ OPTIONS = (
         'rig YAML of the starting values and of what is not fitted (default: '
         'the QUBE-Servo 2 of rip_control.rig.dynamics.PendulumParams)',
     ),
-    _CONTROL['rate_hz'],
+    replace(
+        _CONTROL['rate_hz'],
+        description='the control rate the data were recorded at, Hz (a buffer or bag of '
+        'another rate is refused, naming both)',
+    ),
     _CONTROL['max_action_v'],
     Param('window_seconds', 0.5, 'length of one simulated window, s', 0.04, 10.0),
     Param(

@@ -99,7 +99,11 @@ OPTIONS = (
     Param('ent_coef', 'auto_0.1', "SAC entropy coefficient ('auto_<initial>' tunes it)"),
     Param('train_freq', 1, 'environment steps between updates', 1, 1000),
     # The learner's K, per simulated step here (1: a simulated step is cheap, an update not).
-    replace(_LEARNER['gradient_steps'], default=1),
+    replace(
+        _LEARNER['gradient_steps'],
+        default=1,
+        description="SAC updates per simulated step (the learner's K, per received transition)",
+    ),
     Param(
         'random_steps',
         2000,

@@ -18,7 +18,9 @@ from rip_control.procs import child_env
 
 OPTION_LINE = re.compile(r'^  (\w+):=(\S*)\s+\(([\w\[\]]+)\) ', re.M)
 ARGUMENT_LINE = re.compile(
-    r"^  (\w+)\s+.*\((?:default '(.*)'|not given: the params file's, else (.*))\)$", re.M
+    r"^  (\w+)\s+.*\((?:default '(.*)'|not given: the params file's, else (.*)"
+    r"|default ([^'].*))\)$",
+    re.M,
 )
 
 
@@ -88,7 +90,7 @@ def test_a_runners_printed_default_is_what_its_plan_takes_when_it_is_left_out(mo
     for m in lines:
         name, default, else_ = m.group(1), m.group(2), m.group(3)
         if name == 'emulator_link':  # resolved per runner (its pid): the help says so
-            assert "/tmp/rip_rig_<the runner's pid>" in m.group(0), m.group(0)
+            assert "default /tmp/rip_rig_<the runner's pid>" in m.group(0), m.group(0)
             continue
         argument = LAUNCH_ARGUMENT_BY_NAME[name]
         if argument.targets:

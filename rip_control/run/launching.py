@@ -111,6 +111,7 @@ class LaunchArgument:
     description: str
     targets: tuple[tuple[str, str], ...] = ()
     kind: Param | None = None  # the type and default of an argument that sets no parameter
+    runner_default: str = ''  # what the runners take instead of ``kind``'s default, in words
 
     def param(self) -> Param:
         """The table entry that types and range-checks this argument's value."""
@@ -245,9 +246,9 @@ LAUNCH_ARGUMENTS = (
     ),
     LaunchArgument(
         'emulator_link',
-        'where the emulator links its pty (the runners, when not given: '
-        "/tmp/rip_rig_<the runner's pid>, one per runner)",
+        'where the emulator links its pty (the launch file: /tmp/rip_rig)',
         kind=Param('emulator_link', '/tmp/rip_rig', 'path'),
+        runner_default="/tmp/rip_rig_<the runner's pid>, one per runner",
     ),
 )
 LAUNCH_ARGUMENT_BY_NAME = {a.name: a for a in LAUNCH_ARGUMENTS}
@@ -262,6 +263,8 @@ def arguments_help(skip: tuple[str, ...] = (), defaults: dict[str, str] | None =
     defaults = defaults or {}
 
     def shown(a: LaunchArgument) -> str:
+        if a.runner_default:
+            return f'default {a.runner_default}'
         if a.name in defaults:
             return f'default {defaults[a.name]!r}'
         if a.kind is not None:

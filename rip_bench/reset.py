@@ -67,24 +67,16 @@ def settle(rig_file: str, start: tuple[float, ...], seed: int, brake: bool) -> d
     rig.firmware.advance_to(0.0)
     rig.firmware.dynamics.set_state(*start)
     prev, t, still, integral, reach = rig.read(), 0.0, None, 0.0, 0.0
-    quiet_vel: tuple[float, ...] = (0.0, 0.0)
+    quiet_vel = (0.0, 0.0)
     while t < c.reset_timeout_s:
         t += dt
         cur = rig.at(t).read()
         d = max(cur.time_s - prev.time_s, 1e-6)
         theta_dot, alpha_dot = (cur.theta - prev.theta) / d, (cur.alpha - prev.alpha) / d
         alpha_down, prev = env.wrap_angle(cur.alpha), cur
-        k = env.QUIET_FILTER
-        quiet_vel = tuple(
-            q + k * (v - q) for q, v in zip(quiet_vel, (theta_dot, alpha_dot), strict=True)
-        )
+        quiet_vel = env.quiet_velocities(quiet_vel, theta_dot, alpha_dot)
         reach = max(reach, abs(cur.theta))
-        quiet = (
-            abs(cur.theta) < env.QUIET_ARM_RAD
-            and abs(quiet_vel[0]) < env.QUIET_ARM_RAD_S
-            and abs(alpha_down) < env.QUIET_PENDULUM_RAD
-            and abs(quiet_vel[1]) < env.QUIET_PENDULUM_RAD_S
-        )
+        quiet = env.is_quiet(cur.theta, alpha_down, quiet_vel)
         still = (still if still is not None else t) if quiet else None
         if still is not None and t - still >= env.QUIET_S:
             return {'seconds': round(t, 3), 'settled': True, 'arm_reach_rad': round(reach, 3)}

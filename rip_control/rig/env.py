@@ -428,19 +428,9 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
         alpha_down = wrap_angle(cur.alpha)
         self._reset_prev = cur
         now = time.monotonic()
-        # Stillness is judged on low-passed velocities: one count of encoder noise makes a
-        # raw 20 ms difference jump by 0.15 rad/s, and a noisy rig would never look still.
-        k = QUIET_FILTER
-        td_f = self._quiet_vel[0] + k * (theta_dot - self._quiet_vel[0])
-        ad_f = self._quiet_vel[1] + k * (alpha_dot - self._quiet_vel[1])
-        self._quiet_vel = (td_f, ad_f)
-        quiet = (
-            abs(cur.theta) < QUIET_ARM_RAD
-            and abs(td_f) < QUIET_ARM_RAD_S
-            and abs(alpha_down) < QUIET_PENDULUM_RAD
-            and abs(ad_f) < QUIET_PENDULUM_RAD_S
-        )
-        if quiet:
+        self._quiet_vel = quiet_velocities(self._quiet_vel, theta_dot, alpha_dot)
+        td_f = self._quiet_vel[0]
+        if is_quiet(cur.theta, alpha_down, self._quiet_vel):
             if self._still_since is None:
                 self._still_since = now
             if now - self._still_since >= QUIET_S:
@@ -485,6 +475,31 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
                 self.client.disengage_motor()
             except Exception:  # noqa: BLE001 - closing must not raise; the deadman backs it up
                 pass
+
+
+def quiet_velocities(
+    filtered: tuple[float, float], theta_dot: float, alpha_dot: float
+) -> tuple[float, float]:
+    """The reset's low-passed ``(theta_dot, alpha_dot)`` after one tick.
+
+    Stillness is judged on low-passed velocities: one count of encoder noise makes a raw 20 ms
+    difference jump by 0.15 rad/s, and a noisy rig would never look still.
+    """
+    k = QUIET_FILTER
+    return (
+        filtered[0] + k * (theta_dot - filtered[0]),
+        filtered[1] + k * (alpha_dot - filtered[1]),
+    )
+
+
+def is_quiet(theta: float, alpha_down: float, filtered: tuple[float, float]) -> bool:
+    """The reset's quiet rule, one tick: the arm centred and still, the pendulum's swing small."""
+    return (
+        abs(theta) < QUIET_ARM_RAD
+        and abs(filtered[0]) < QUIET_ARM_RAD_S
+        and abs(alpha_down) < QUIET_PENDULUM_RAD
+        and abs(filtered[1]) < QUIET_PENDULUM_RAD_S
+    )
 
 
 def reset_voltage(

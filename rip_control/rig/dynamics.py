@@ -174,6 +174,9 @@ class Coefficients:
         self.fs = p.arm_static_friction_nm
         self.kc = p.arm_cable_stiffness_nm_per_rad
         self.limit = p.arm_limit_rad
+        # Whether any rig has the optional terms (asked once here, not at every step).
+        self.static = bool(np.any(self.fs))
+        self.cable = bool(np.any(self.kc))
 
 
 class _Ops:
@@ -206,10 +209,10 @@ def accelerations(
     s, c = ops.sin(alpha), ops.cos(alpha)
     torque = engaged * k.kt_over_r * (volts - k.km * theta_dot) - k.br * theta_dot
     friction = k.fc
-    if ops.any(k.fs):
+    if k.static:
         friction = friction + k.fs * ops.exp(-((theta_dot / STRIBECK_VELOCITY_RAD_S) ** 2))
     torque = torque - friction * ops.tanh(theta_dot / FRICTION_VELOCITY_RAD_S)
-    if ops.any(k.kc):
+    if k.cable:
         torque = torque - k.kc * theta
     jps = k.jp * s
     rhs1 = torque - 2.0 * jps * c * theta_dot * alpha_dot + k.mrl * s * alpha_dot**2
@@ -244,9 +247,9 @@ def rk4_step(k: Coefficients, x: State, h: Any, volts: Any, engaged: Any, ops: _
     al = al + h6 * (ad + 2.0 * ad2 + 2.0 * ad3 + ad4)
     td = td + h6 * (k1t + 2.0 * k2t + 2.0 * k3t + k4t)
     ad = ad + h6 * (k1a + 2.0 * k2a + 2.0 * k3a + k4a)
-    high, low = th >= k.limit, th <= -k.limit
-    if not (ops.any(high) or ops.any(low)):  # no arm at its stop (a batch: the usual case)
+    if not ops.any(abs(th) >= k.limit):  # no arm at its stop (a batch: the usual case)
         return th, al, td, ad
+    high, low = th >= k.limit, th <= -k.limit
     stop = ops.where(high, td > 0.0, ops.where(low, td < 0.0, False))
     th = ops.where(high, k.limit, ops.where(low, -k.limit, th))
     ad = ops.where(stop, (k.mrl * ops.cos(al) * td + k.jp * ad) / k.jp, ad)

@@ -6,6 +6,10 @@ One run of :func:`rip_control.adapt.adapt` (its summary is the record): the depl
 balance before and after, the rig time it took and the wall time, the identification, the
 re-training, the guard's verdict on the re-trained policy and on the fine-tune's.
 
+``--check-episodes N`` measures the policy the run deployed once more after it, ``N`` x 10 s
+from hanging on the same rig file (``check``; not rig time of the run): the issue's measure,
+whatever the budget let the run's own deployments hold.
+
 ``--arm plain`` is the fine-tune without adapting, for the side-by-side table
 (``table adapt-vs-plain``): the same deployments before and after, the same rig-time budget
 and seed, and between them only the guarded SAC fine-tune from the shipped policy
@@ -40,6 +44,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         help='adapt (the loop) or plain (the guarded fine-tune alone, same budget)',
     )
     ap.add_argument(
+        '--check-episodes',
+        type=int,
+        default=0,
+        help="episodes of 10 s of the deployed policy after the run (0: none); the record's check",
+    )
+    ap.add_argument(
         '--guard',
         choices=('on', 'off'),
         default='on',
@@ -66,6 +76,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     if a.guard == 'off':
         runner['eval_every_episodes'] = '0'
     summary = adapt(own, runner, stream=False) if a.arm == 'adapt' else plain(own, runner)
+    if a.check_episodes and 'deployed_policy' in summary:  # (the plain arm's is the shipped)
+        summary['check'] = check(summary['deployed_policy'], runner, a.check_episodes)
     return {
         'benchmark': NAME,
         'arm': a.arm,
@@ -73,6 +85,30 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         'rig': a.rig,
         'seed': a.seed,
         **summary,
+    }
+
+
+def check(policy: str, runner: dict[str, str], episodes: int) -> dict[str, Any]:
+    """The deployed ``policy`` measured again: ``episodes`` x 10 s from hanging, same rig."""
+    from rip_control.evaluate import evaluate
+    from rip_control.run.evaluation import deployment_measures
+
+    report = evaluate(
+        {
+            **{k: runner[k] for k in ('rig_params', 'seed', 'runs_dir')},
+            'run_name': runner['run_name'] + '_check',
+            'policy': policy,
+            'episodes': str(episodes),
+            'episode_seconds': '10',
+        },
+        stream_logs=False,
+    )
+    balances = [float(e['longest_balance_s']) for e in report['episodes']]
+    return {
+        'policy': policy,
+        'balance_s': float(np.mean(balances)),
+        'episodes_s': balances,
+        'measures': deployment_measures(report['episodes']),
     }
 
 
@@ -84,12 +120,13 @@ def plain(own: dict[str, Any], runner: dict[str, str]) -> dict[str, Any]:
     import time
 
     from rip_control.adapt import emulated_rig
-    from rip_control.adapting.budget import finetune_within_budget
+    from rip_control.adapting.budget import finetune_within_budget, plan_for
     from rip_control.adapting.record import PHASES, Adapt, balances
     from rip_control.finetune import run as finetune_run
     from rip_control.run.launching import resolve_auto_policy, shipped_policy
 
     loop = Adapt(own, runner, stream=False)
+    loop.plan = plan_for(loop)
     loop.run_dir.mkdir(parents=True, exist_ok=True)
     budget_s = 60.0 * own['rig_minutes']
     prior = shipped_policy(loop.rate)
@@ -111,7 +148,7 @@ def plain(own: dict[str, Any], runner: dict[str, str]) -> dict[str, Any]:
             'live_policy_version': fine.get('live_policy_version'),
         },
         'deployment': {
-            'episodes': own['deployment_episodes'],
+            'episodes': loop.plan.episodes,
             'episode_seconds': own['deployment_episode_seconds'],
             'prior_balance_s': float(np.mean(before)),
             'adapted_balance_s': float(np.mean(after)),
@@ -175,4 +212,39 @@ def adapt_vs_plain_table(docs: list[dict[str, Any]]) -> str:
     return '\n'.join(rows)
 
 
-TABLES = {NAME: adapt_table, 'adapt-vs-plain': adapt_vs_plain_table}
+def budget_table(docs: list[dict[str, Any]]) -> str:
+    """Markdown: per run, the budget against the rig time spent, where it went, and the result.
+
+    The result twice: the run's own final deployment, and the ``check`` (the deployed policy
+    measured again, 5 x 10 s) where the record has one.
+    """
+    rows = [
+        '| rig | seed | budget | rig time (resets) | excitation / deployments / evaluations / '
+        'training / other | target reached at | wall | balance before → after | check '
+        '(5 x 10 s) |',
+        '|---|---|---|---|---|---|---|---|---|',
+    ]
+    for d in docs:
+        dep, split = d['deployment'], d.get('rig_time_split') or {}
+        parts = ' / '.join(
+            f'{split.get(k, 0.0):.0f}'
+            for k in ('excitation_s', 'deployments_s', 'evaluations_s', 'training_s', 'other_s')
+        )
+        reached = d.get('target_rig_seconds')
+        check = d.get('check')
+        resets = 100 * d.get('reset_seconds', 0.0) / d['rig_seconds']
+        rows.append(
+            f'| {Path(d["rig"]).stem} | {d["seed"]} | {d["rig_budget_s"] / 60:g} min | '
+            f'{d["rig_seconds"] / 60:.2f} min ({resets:.0f} %) | '
+            + (f'{parts} s' if split else 'not recorded')
+            + ' | '
+            + (f'{reached / 60:.2f} min' if reached is not None else '-')
+            + f' | {d["wall_seconds"] / 60:.1f} min | {dep["prior_balance_s"]:.2f} s → '
+            f'{dep["adapted_balance_s"]:.2f} s ({len(dep["adapted_episodes_s"])} episodes) | '
+            + (f'{check["balance_s"]:.2f} s' if check else '-')
+            + ' |'
+        )
+    return '\n'.join(rows)
+
+
+TABLES = {NAME: adapt_table, 'adapt-vs-plain': adapt_vs_plain_table, 'adapt-budget': budget_table}

@@ -64,7 +64,7 @@ import tempfile
 from typing import Any
 
 from rip_control import run_files
-from rip_control.adapting import budget, judging, offline
+from rip_control.adapting import budget, judging, offline, rig_time
 from rip_control.adapting.record import (
     AGAIN,
     PHASES,
@@ -80,7 +80,13 @@ from rip_control.params import Param, options_help, parse_args
 
 OPTIONS = (
     Param('rig_minutes', 10.0, 'rig-time budget (engaged or resetting), minutes', 0.5, 1000.0),
-    Param('deployment_episodes', 5, 'deterministic episodes of each deployment', 1, 100),
+    Param(
+        'deployment_episodes',
+        0,
+        'deterministic episodes of each deployment (0: as many as the rig-time plan fits, 2 to 5)',
+        0,
+        100,
+    ),
     Param('deployment_episode_seconds', 10.0, 'length of a deployment episode, s', 1.0, 600.0),
     Param(
         'retrain_minutes',
@@ -90,6 +96,14 @@ OPTIONS = (
         1000.0,
     ),
     Param('retrain_steps', 150_000, 'most simulated steps of the re-training', 1, 10_000_000),
+    Param(
+        'target_balance_s',
+        8.0,
+        "a deployment's mean balance that counts as a rescue: the summary's target_rig_seconds "
+        'is the rig time at which a deployment or a guard evaluation first reached it',
+        0.0,
+        600.0,
+    ),
     Param(
         'identification',
         '',
@@ -199,6 +213,7 @@ def adapt(own: dict[str, Any], runner: dict[str, str], stream: bool = True) -> d
     from rip_control.run.launching import resolve_auto_policy, shipped_policy
 
     a = Adapt(own, runner, stream)
+    a.plan = budget.plan_for(a)  # a budget too small is refused here, before anything runs
     a.earlier = earlier_record(a)
     budget_s = 60.0 * own['rig_minutes']
     a.run_dir.mkdir(parents=True, exist_ok=True)
@@ -244,9 +259,15 @@ def _loop(
     a.own, a.budget_s = own, budget_s
     k_prior, k = _action_histories(a, prior)
     a.log(f'{a.run_dir}: policy {prior}, rig-time budget {budget_s:.0f} s')
-    # 1. baseline deployment, after the excitation
-    base = a.deploy(PHASES[0], prior, excitation=not own['identification'])
-    a.note('deployment', judging.deployment_record(own, base, None))
+    assert a.plan is not None
+    for line in a.plan.lines():
+        a.log(line)
+    a.note('plan', a.plan.record())
+    # 1. baseline deployment, after the excitation; room kept for the candidate's
+    base = a.deploy(
+        PHASES[0], prior, excitation=not own['identification'], reserve_s=a.plan.deployment_s
+    )
+    a.note('deployment', judging.deployment_record(own, a.plan.episodes, base, None))
     # 2. identification, from the transitions alone
     identified, opts = offline.identify_baseline(a)
     # 3. re-training in simulation, the rig idle
@@ -294,12 +315,15 @@ def _loop(
     )
     if fine:
         # 6. the deployment of what the fine-tune's guard kept
+        start_s = a.rig_s - float(a.phases[-1]['rig_seconds'])
+        for p in rig_time.guard_points(a.run_dir / PHASES[3], start_s, a.rate):
+            a.curve.append((p['rig_s'], p['balance_s'], p['what']))
         deployed = resolve_auto_policy(a.run_dir / PHASES[3], a.rate, True)
         final = a.deploy(PHASES[4], deployed, excitation=False)
     else:  # not one episode fitted: what goes on is deployed and measured already
         deployed, final = start, start_report
     a.results['deployed_policy'] = str(deployed)
-    a.results['deployment'] = judging.deployment_record(own, base, final)
+    a.results['deployment'] = judging.deployment_record(own, a.plan.episodes, base, final)
     a.results['finetune_gain_s'] = judging.gain(final, start_report) if fine else None
     return _finish(a)
 
@@ -343,6 +367,11 @@ def _recorded_policy(a: Adapt, name: str) -> Path | None:
 
 def _finish(a: Adapt) -> dict[str, Any]:
     """The record ``done``, its plot, and the closing line; the summary."""
+    a.results['rig_time_split'] = rig_time.split(a.run_dir, a.phases, a.rate)
+    curve = [{'rig_s': r, 'balance_s': b} for r, b, _ in a.curve]
+    a.results['target_rig_seconds'] = rig_time.target_rig_seconds(
+        curve, float(a.own['target_balance_s'])
+    )
     summary = a.summary('done')
     _plot(a.run_dir / PLOT, summary)
     summary = a.save('done')
@@ -358,6 +387,14 @@ def _finish(a: Adapt) -> dict[str, Any]:
         f'(mean of {d["episodes"]} x {d["episode_seconds"]:g} s from hanging{interval}) in '
         f'{a.rig_s:.0f} s of rig time, {summary["wall_seconds"]:.0f} s wall; '
         f'{a.run_dir / SUMMARY}'
+    )
+    parts = summary['rig_time_split']
+    target, reached = float(a.own['target_balance_s']), summary['target_rig_seconds']
+    a.log(
+        'rig time: '
+        + ', '.join(f'{k.removesuffix("_s")} {v:.0f} s' for k, v in parts.items())
+        + f'; {target:g} s of balance first reached '
+        + (f'at {reached:.0f} s of rig time' if reached is not None else 'in no deployment')
     )
     return summary
 

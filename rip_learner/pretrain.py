@@ -466,8 +466,12 @@ class _Progress:
     def _log_row(self, row: dict[str, Any], elapsed: float, marker: str) -> None:
         """The evaluation's log line (``marker``: whether its policy was saved as the best)."""
         swing = row['eval_nominal_swing_up_s']
+        # The latest end: the steps at this rate or the time limit (the target may stop it sooner)
+        rate = max(row['steps_per_s'], 1e-9)
+        left = min((self.opts['steps'] - row['step']) / rate, self.opts['time_limit_s'] - elapsed)
         self.log(
-            f'step {row["step"]:>7} | {elapsed:6.0f} s | {row["steps_per_s"]:5.0f} steps/s | '
+            f'step {row["step"]:>7} | {elapsed:6.0f} s, ends within {max(left, 0.0):.0f} s | '
+            f'{row["steps_per_s"]:5.0f} steps/s | '
             f'upright starts {row["upright_share"]:.2f} | train return '
             f'{row["train_return"]:6.1f} | eval balance from upright '
             f'{row["eval_upright_balance_s"]:4.1f} s, from hanging: nominal '

@@ -37,6 +37,182 @@ def test_the_fine_tune_starts_only_if_an_episode_and_the_guards_evaluations_fit(
     assert episodes_that_fit(127.0, 29.0, every=2, per_evaluation_s=99.0) == 0
 
 
+def _plan(**typed):
+    from rip_control.adapt import OPTIONS
+    from rip_control.adapting.plan import make_plan
+
+    own = {**{p.name: p.default for p in OPTIONS}, **typed}
+    excitation = 0.0 if own['identification'] else ExcitationDesign().duration_s
+    return make_plan(own, {'episode_seconds': 6.0}, excitation, eval_episodes=3)
+
+
+def test_the_plan_fits_the_deployments_to_the_budget_and_says_what_it_leaves_out() -> None:
+    from rip_control.adapting.plan import RESET_PLAN_S
+
+    per_episode = 10.0 + RESET_PLAN_S  # a deployment episode and its reset
+    excitation = ExcitationDesign().duration_s + RESET_PLAN_S
+    # Ten minutes: five episodes a deployment, a second candidate and the fine-tune fit.
+    ten = _plan(rig_minutes=10.0)
+    assert ten.episodes == 5 and ten.deployment_s == 5 * per_episode
+    assert ten.second_candidate and ten.finetune_s > ten.finetune_least_s
+    assert ten.compulsory_s == excitation + 2 * 5 * per_episode
+    # Two minutes: as many episodes as the excitation and two deployments leave room for
+    # (three), nothing optional; said before the rig moves.
+    two = _plan(rig_minutes=2.0)
+    assert two.episodes == 3 and two.compulsory_s <= 120.0 < excitation + 2 * 4 * per_episode
+    assert not two.second_candidate and two.finetune_s == 0.0
+    text = '\n'.join(two.lines())
+    assert 'plan for 120 s' in text and 'candidate deployment (3 x 10 s) ~42 s' in text
+    assert 'not expected to fit: the fine-tune' in text
+    # Typed episodes are kept, never shortened; with an identification given, no excitation
+    # and no second candidate.
+    assert _plan(rig_minutes=10.0, deployment_episodes=7).episodes == 7
+    given = _plan(rig_minutes=2.0, identification='rig.yaml')
+    assert given.excitation_s == 0.0 and given.episodes == 4 and not given.second_candidate
+
+
+@pytest.mark.parametrize(
+    ('typed', 'least'),
+    [
+        # the excitation and two deployments of the fewest episodes (2) the plan shortens to
+        ({'rig_minutes': 1.0}, 'need 80 s of rig time: rig_minutes:=1.34 at least'),
+        # typed episodes are not shortened: their deployments are what is needed
+        (
+            {'rig_minutes': 2.0, 'deployment_episodes': 5},
+            'need 164 s of rig time: rig_minutes:=2.74 at least',
+        ),
+    ],
+)
+def test_a_budget_too_small_for_the_compulsory_phases_is_refused_naming_the_least(
+    typed, least
+) -> None:
+    with pytest.raises(ValueError, match=f'rig_minutes:={typed["rig_minutes"]:g} is too small'):
+        _plan(**typed)
+    with pytest.raises(ValueError, match=least.replace('.', r'\.')):
+        _plan(**typed)
+
+
+def test_adapt_refuses_a_budget_too_small_before_anything_runs(tmp_path) -> None:
+    """As typed: exit 2 naming the least budget, no emulator started, nothing written."""
+    import subprocess
+    import sys
+
+    from rip_control.procs import child_env
+
+    proc = subprocess.run(
+        [
+            sys.executable, '-m', 'rip_control.adapt',
+            'rig_params:=config/rig_shifted_stuck.yaml', 'rig_minutes:=1',
+            f'runs_dir:={tmp_path / "runs"}',
+        ],
+        cwd=STUCK.parents[1],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert 'rig_minutes:=1 is too small' in proc.stderr, proc.stderr
+    assert 'rig_minutes:=1.34 at least' in proc.stderr, proc.stderr
+    assert 'emulated rig' not in proc.stdout, proc.stdout
+    assert not (tmp_path / 'runs').exists()
+
+
+def _timing(path: Path, rows: list[tuple]) -> None:
+    """A phase's timing.csv by the node's writer: (ticks, kind, verdict, balance, reset, v)."""
+    from rip_control.telemetry import EpisodeTiming, TimingCsv
+
+    csv_file = TimingCsv(path / run_files.TIMING_CSV)
+    for i, (ticks, kind, verdict, balance, reset, version) in enumerate(rows):
+        figures = dict.fromkeys(('mean_tick_dt_ms', 'std_tick_dt_ms', 'max_overrun_ms'), 0.0)
+        csv_file.append(
+            EpisodeTiming(
+                episode=i,
+                n_ticks=ticks,
+                **figures,
+                n_violations=0,
+                learner_train_calls=0,
+                learner_total_train_s=0.0,
+                episode_return=0.0,
+                balance_s=balance,
+                policy_version=version,
+                kind=kind,
+                verdict=verdict,
+                reset_s=reset,
+            )  # fmt: skip
+        )
+
+
+def test_the_rig_time_splits_by_what_the_rig_did_and_the_guards_points_join_the_curve(
+    tmp_path,
+) -> None:
+    from rip_control.adapting import rig_time
+
+    # The baseline: the excitation (1000 ticks) and two 10-s episodes, a 2-s reset before
+    # each; the fine-tune: the guard's baseline (two episodes), a training episode, the
+    # evaluation of v5 (promoted); a phase in simulation has no rig time.
+    _timing(
+        tmp_path / '0_baseline',
+        [(1000, 'excitation', '', 0, 2, -1), (500, 'training', '', 1.0, 2, 1)]
+        + [(500, 'training', '', 0.5, 2, 1)],
+    )
+    _timing(
+        tmp_path / '3_finetune',
+        [(500, 'evaluation', 'pending', 8.0, 3, 1), (500, 'evaluation', 'baseline', 9.0, 3, 1)]
+        + [(300, 'training', '', 2.0, 3, 5), (500, 'evaluation', 'pending', 9.0, 3, 5)]
+        + [(500, 'evaluation', 'promoted', 9.4, 3, 5)],
+    )
+    phases = [
+        {'phase': '0_baseline', 'rig_seconds': 47.0},  # 46 s counted: 1 s other
+        {'phase': '1_sim_retrain', 'rig_seconds': 0.0},
+        {'phase': '3_finetune', 'rig_seconds': 61.0},
+    ]
+    split = rig_time.split(tmp_path, phases, 50.0)
+    assert split == {
+        'excitation_s': 20.0,
+        'deployments_s': 20.0,
+        'evaluations_s': 40.0,
+        'training_s': 6.0,
+        'resets_s': 6.0 + 15.0,
+        'other_s': 1.0,
+    }
+    assert sum(split.values()) == 47.0 + 61.0
+    points = rig_time.guard_points(tmp_path / '3_finetune', 47.0, 50.0)
+    assert points == [
+        {'rig_s': 47.0 + 26.0, 'balance_s': 8.5, 'what': '3_finetune v1 baseline'},
+        {'rig_s': 47.0 + 61.0, 'balance_s': 9.2, 'what': '3_finetune v5 promoted'},
+    ]
+    curve = [{'rig_s': 20.0, 'balance_s': 0.75}, *points]
+    assert rig_time.target_rig_seconds(curve, 8.0) == 73.0
+    assert rig_time.target_rig_seconds(curve, 9.5) is None
+
+
+def test_the_runners_rig_time_limit_prices_episodes_and_not_the_excitation() -> None:
+    """The rule a deployment under adapt's plan stops by (RigBudget: free of ROS).
+
+    The excitation (20 s and its reset) is a one-off: priced at it, the next episode of a
+    30-s limit would never have run. The first episode after it runs unpriced; from then on
+    each is priced at the dearest of the last and the mean of the episodes.
+    """
+    from types import SimpleNamespace
+
+    from rip_control.run.supervisor import RigBudget
+
+    mon = SimpleNamespace(episodes=[], evaluations=[], excitations=[], used=0.0)
+    mon.rig_seconds = lambda: mon.used
+    limit = RigBudget(50.0)
+
+    def ended(kind: list, used: float) -> str:
+        kind.append({})
+        mon.used = used
+        return limit.exhausted(mon)
+
+    assert ended(mon.excitations, 22.0) == ''  # 22 + 22 + 2 > 50: the excitation prices nothing
+    assert ended(mon.evaluations, 34.0) == '' and limit.cost_s == 12.0  # 34 + 12 + 2 <= 50
+    why = ended(mon.evaluations, 47.0)  # 13 s the last: 47 + 13 + 2 > 50
+    assert limit.cost_s == 13.0 and 'the next would pass the 50 s limit' in why, why
+
+
 def _report(returns: list[float], balances: list[float]) -> dict:
     return {
         'episodes': [
@@ -311,7 +487,7 @@ def test_the_fine_tune_starts_from_what_the_guard_promoted_and_from_nothing_else
     again_policy = loop.run_dir / 'candidate_again' / 'p'
     seen: dict = {}
 
-    def deploy(a, name, policy, excitation):
+    def deploy(a, name, policy, excitation, reserve_s=0.0):
         a.phases.append({'phase': name, 'rig_seconds': 30.0})
         if policy == prior:
             return base
@@ -346,6 +522,8 @@ def test_the_fine_tune_starts_from_what_the_guard_promoted_and_from_nothing_else
         'reidentify': True,
     }
     loop.run_dir.mkdir(parents=True)
+    loop.own = own
+    loop.plan = budget.plan_for(loop)
     summary = adapt._loop(loop, own, prior, 600.0, None, None)
     # The second identification judges against what goes on after the first candidate.
     assert seen['against'] is (good if first == 'promoted' else base)

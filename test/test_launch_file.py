@@ -458,6 +458,14 @@ def test_adapt_under_launch_keeps_a_wrong_identifications_policy_off_the_rig(
         ('training', ''),
     ]
     assert [r['live_version'] for r in fine[:3]] == [str(prior_version)] * 3, fine
+    # The guard's baseline evaluation joins the curve, at the rig time its episodes ended;
+    # its episodes are the split's evaluations, the training episode its training.
+    guard = [p for p in s['curve'] if p['what'].startswith('3_finetune ')]
+    assert guard[0]['what'] == f'3_finetune v{prior_version} baseline', s['curve']
+    assert guard[0]['balance_s'] == pytest.approx(
+        (float(fine[0]['balance_s']) + float(fine[1]['balance_s'])) / 2
+    )
+    assert s['rig_time_split']['evaluations_s'] > 0 and s['rig_time_split']['training_s'] > 0
     # Each as long as a deployment's episode (4 s; one may end early at the arm limit).
     assert 4 * 50 in {int(r['n_ticks']) for r in fine[:2]}, fine
     assert all(

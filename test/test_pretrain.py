@@ -3,6 +3,7 @@
 from dataclasses import fields
 import json
 from pathlib import Path
+import re
 
 import numpy as np
 import pytest
@@ -235,6 +236,7 @@ def test_a_tiny_pretraining_run_saves_a_policy_tagged_with_its_rate(tmp_path, ca
     assert code == 0
     log = capsys.readouterr().out
     assert 'step     300' in log and 'steps/s' in log and 'done in' in log
+    assert re.search(r'step     300 \| +\d+ s, ends within \d+ s \|', log), log
     summary = json.loads((out / 'pretrain.json').read_text())
     assert summary['rate_hz'] == 100.0 and summary['steps'] == 600
     assert len(summary['curve']) == 2 and (out / 'progress.csv').read_text().count('\n') == 3

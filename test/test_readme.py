@@ -782,7 +782,7 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
         RIP_AUDIT_LOG=str(opened),
     )
     args = argv(ADAPT.replace('config/rig_shifted_stuck.yaml', str(rig))) + [
-        'rig_minutes:=0.5',
+        'rig_minutes:=0.6',  # the least the plan takes for this (rig_minutes:=0.5 is refused)
         'retrain_minutes:=0.2',
         'retrain_steps:=600',
         'deployment_episodes:=1',
@@ -816,6 +816,11 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
     assert d['adapted_episodes_s'] == went_on
     assert phases['1_sim_retrain']['rig_seconds'] == 0.0
     assert s['rig_seconds'] == pytest.approx(sum(p['rig_seconds'] for p in s['phases']))
+    # The plan, said before the rig moved: an episode per deployment as typed, no fine-tune
+    # expected; and the budget kept (passed by one episode and its reset at most).
+    assert s['plan']['episodes'] == 1 and s['plan']['finetune_s'] == 0.0, s['plan']
+    assert 'adapt: plan for 36 s of rig time' in run.text
+    assert s['rig_seconds'] <= s['rig_budget_s'] + episode_s + 4.0, s['rig_seconds']
     # Of it, the resets between episodes, each phase's as its node counted them (timing.csv).
     for name in ('0_baseline', '2_candidate'):
         with (out / name / 'timing.csv').open(newline='') as f:
@@ -826,6 +831,17 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
     assert s['reset_seconds'] == pytest.approx(
         phases['0_baseline']['reset_seconds'] + phases['2_candidate']['reset_seconds'], abs=0.02
     )
+    # Where the rig time went, as the phases' timing.csv rows count it: the excitation, the
+    # deployments' episodes, their resets, and the rest (each activation's ticks outside an
+    # episode); and when a deployment first balanced the target (never, in 2-s episodes).
+    split = s['rig_time_split']
+    assert split['excitation_s'] == EXCITATION_TICKS / 50, split
+    assert split['deployments_s'] > 0.0 and split['evaluations_s'] == split['training_s'] == 0.0
+    assert split['resets_s'] == pytest.approx(s['reset_seconds'], abs=0.05), split
+    assert min(split.values()) >= 0.0 and sum(split.values()) == pytest.approx(
+        s['rig_seconds'], abs=0.05
+    )
+    assert s['target_rig_seconds'] is None and 'first reached in no deployment' in run.text
     seconds = ExcitationDesign().duration_s + episode_s  # the excitation and an episode
     assert seconds < phases['0_baseline']['rig_seconds']
     rows = (out / '0_baseline' / 'timing.csv').read_text().splitlines()

@@ -69,7 +69,7 @@ def _adapt_setup(r: Records) -> str:
     return (
         f'One `adapt` run per rig and seed with its defaults (`rig_minutes` '
         f'{o["rig_minutes"]:g}, `retrain_minutes` {o["retrain_minutes"]:g}, deployments of '
-        f'{o["deployment_episodes"]} x {o["deployment_episode_seconds"]:g} s from hanging), '
+        f'{one["deployment"]["episodes"]} x {o["deployment_episode_seconds"]:g} s from hanging), '
         'from the shipped policy; "before" is the baseline deployment of the same run. The '
         f're-training sees {k.group(1) if k else "?"} past actions (`action_history`, the `k` of '
         f"the records' names; {_q('history')}). Each run from a clean checkout of its commit; "
@@ -158,7 +158,7 @@ def _adapt_conclusion(r: Records) -> str:
         )
     )
     dep_s = [_phase_rig_s(d, '4_deployment') for d in stuck]
-    n_dep = stuck[0]['options']['deployment_episodes']
+    n_dep = stuck[0]['deployment']['episodes']
     dep_len = stuck[0]['options']['deployment_episode_seconds']
     reset_s = [(s - n_dep * dep_len) / n_dep for s in dep_s]
     dead_zone = _rig(stuck[0]['rig']).motor_dead_zone_v

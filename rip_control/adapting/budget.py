@@ -1,14 +1,12 @@
-"""The fine-tune on the rig within what the rig-time budget leaves."""
+"""The rig-time budget: the plan before the loop starts, and the fine-tune within what is left."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from rip_control.adapting.plan import RESERVE_FACTOR, Plan, make_plan
 from rip_control.adapting.record import PHASES, Adapt, reset_seconds
-
-RESERVE_FACTOR = 1.1  # the final deployment's rig time, over the candidate's deployment's
-
 
 FINETUNE_EVAL_EPISODES = 3
 """The fine-tune's guard judges a candidate on this many evaluation episodes, each as long
@@ -38,7 +36,7 @@ def finetune_within_budget(
     left = budget_s - a.rig_s - reserve
     guard = guard_settings(a)
     # An episode's cost, its reset included: the last deployment's, for each episode's length.
-    per_deployment = deployment['rig_seconds'] / int(a.own['deployment_episodes'])
+    per_deployment = deployment['rig_seconds'] / max(len(deployment['episodes']), 1)
     reset = per_deployment - float(a.own['deployment_episode_seconds'])
     training = float(a.control['episode_seconds'])
     evaluation = float(guard['eval_episode_seconds']) or training
@@ -77,6 +75,18 @@ def finetune_within_budget(
         if e.get('verdict') != 'pending':
             a.log(f'fine-tune: evaluation of v{e.get("policy_version")}: {e.get("verdict")}')
     return fine
+
+
+def plan_for(a: Adapt) -> Plan:
+    """The plan of ``a``'s loop (:mod:`rip_control.adapting.plan`), logged.
+
+    :raises ValueError: the budget is too small for the compulsory phases, naming the least.
+    """
+    from rip_control.rig.excitation import ExcitationDesign
+
+    excitation_s = 0.0 if a.own['identification'] else ExcitationDesign().duration_s
+    plan = make_plan(a.own, a.control, excitation_s, int(guard_settings(a)['eval_episodes']))
+    return plan
 
 
 def guard_settings(a: Adapt) -> dict[str, Any]:

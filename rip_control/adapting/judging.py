@@ -101,9 +101,12 @@ def log_verdict(a: Adapt, name: str, verdict: Any, promoted: str, otherwise: str
 
 
 def deployment_record(
-    own: dict[str, Any], prior: dict[str, Any], adapted: dict[str, Any] | None
+    own: dict[str, Any], episodes: int, prior: dict[str, Any], adapted: dict[str, Any] | None
 ) -> dict[str, Any]:
     """The summary's ``deployment``: the prior's deployment, and the adapted's once deployed.
+
+    ``episodes``: the plan's episodes a deployment (a deployment the budget ended early has
+    fewer: its list says how many).
 
     The mean balances and their per-episode lists, and each deployment's measures with their
     90 % intervals (:func:`rip_control.run.evaluation.deployment_measures`).
@@ -111,7 +114,7 @@ def deployment_record(
     from rip_control.run.evaluation import deployment_measures
 
     out: dict[str, Any] = {
-        'episodes': own['deployment_episodes'],
+        'episodes': episodes,
         'episode_seconds': own['deployment_episode_seconds'],
         'prior_balance_s': mean_of(balances(prior)),
     }

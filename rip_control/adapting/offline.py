@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from rip_control import run_files
-from rip_control.adapting.budget import RESERVE_FACTOR
+from rip_control.adapting.plan import RESERVE_FACTOR
 from rip_control.adapting.record import IDENTIFICATION, PHASES, REIDENTIFICATION, Adapt
 from rip_control.files import atomic_write_bytes
 
@@ -102,6 +102,7 @@ def retrain(
         'randomization': randomization,
         'steps': a.own['retrain_steps'],
         'time_limit_s': 60.0 * a.own['retrain_minutes'],
+        'target_balance_s': a.own['target_balance_s'],  # a re-training stops where rescued
         'seed': a.seed,
         'action_history': k,
         # warm: no curriculum from scratch, a short random start

@@ -12,6 +12,7 @@ from pathlib import Path
 import time
 from typing import Any
 
+from rip_control.adapting.plan import Plan
 from rip_control.files import atomic_write_bytes
 
 OWN_BY_THE_LOOP = ('rig_seconds', 'episodes')
@@ -89,6 +90,7 @@ class Adapt:
         self.t0 = time.monotonic()
         self.rig_s = 0.0
         self.budget_s = 60.0 * own['rig_minutes'] if own else math.nan
+        self.plan: Plan | None = None  # the rig-time plan (adapting.budget.plan_for)
         self.phases: list[dict[str, Any]] = []
         self.curve: list[tuple[float, float, str]] = []  # (rig s, balance s, what)
         self.results: dict[str, Any] = {}  # the summary's keys known so far
@@ -228,14 +230,24 @@ class Adapt:
         self.log(f'{name}: {rig_s:.0f} s of rig time (total {self.rig_s:.0f} s)')
         return entry
 
-    def deploy(self, name: str, policy: Path, excitation: bool) -> dict[str, Any]:
-        """A deployment phase (after the excitation, if asked): its policy and episodes."""
+    def deploy(
+        self, name: str, policy: Path, excitation: bool, reserve_s: float = 0.0
+    ) -> dict[str, Any]:
+        """A deployment phase (after the excitation, if asked): its policy and episodes.
+
+        The plan's episodes, under the rig-time limit that leaves ``reserve_s`` of the budget
+        for what must come after: the runner ends the deployment early rather than pass it
+        (at the end of an episode, when the next would not fit).
+        """
         from rip_control.evaluate import evaluate
 
+        assert self.plan is not None, 'deploy() before the plan'
+        limit = self.budget_s - self.rig_s - reserve_s
         args = {
             'policy': str(policy),
-            'episodes': str(self.own['deployment_episodes']),
+            'episodes': str(self.plan.episodes),
             'episode_seconds': str(self.own['deployment_episode_seconds']),
+            'rig_seconds': f'{max(limit, 1.0):.1f}',
         }
         if excitation:
             args['excitation_episodes'] = '1'

@@ -86,24 +86,37 @@ def episode_rejection(ep: dict[str, float]) -> str:
 
 
 class RigBudget:
-    """The rig-time limit of one rig, checked at the end of each of its episodes."""
+    """The rig-time limit of one rig, checked at the end of each of its episodes.
+
+    The next episode is priced at the dearest estimate: the last episode's rig time (its
+    reset included) or the mean over the run's episodes. An excitation episode is a one-off:
+    its rig time prices nothing (the first episode after it runs unpriced).
+    """
 
     REPORT_LAG_S = 2.0  # the rig time comes from the 1 Hz reports: a report behind, each way
 
     def __init__(self, limit_s: float) -> None:
         self.limit_s = limit_s
-        self.seen = 0  # episodes ended at the last check
+        self.seen = 0  # episodes (training and evaluation) ended at the last check
+        self.one_offs_seen = 0  # excitation episodes ended at the last check
+        self.one_off_s = 0.0  # their rig time
         self.used_at_last_s = 0.0
         self.cost_s = 0.0  # an episode's rig time, its reset included (the dearest estimate)
 
     def exhausted(self, mon: RigMonitor) -> str:
         """Why the rig's next episode would not fit ('' if it would, or no episode ended)."""
-        ended = mon.ended()
         used = mon.rig_seconds()
-        if ended <= self.seen or used is None:  # None: no report since an activation yet
+        if used is None:  # no report since an activation yet
             return ''
-        # The last episode's cost, or the mean over the run if dearer.
-        self.cost_s = max(used - self.used_at_last_s, used / ended)
+        ended, one_offs = len(mon.episodes) + len(mon.evaluations), len(mon.excitations)
+        if one_offs > self.one_offs_seen:
+            self.one_off_s += used - self.used_at_last_s
+            self.one_offs_seen, self.used_at_last_s = one_offs, used
+            return ''
+        if ended <= self.seen:
+            return ''
+        # The last episode's cost, or the mean over the run's (the one-offs left out) if dearer.
+        self.cost_s = max(used - self.used_at_last_s, (used - self.one_off_s) / ended)
         self.seen, self.used_at_last_s = ended, used
         return self.over(used)
 

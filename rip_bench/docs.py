@@ -193,6 +193,19 @@ def _adapt_row(question: str, pattern: str) -> str:
     )
 
 
+def _budget_row() -> str:
+    pattern = 'adapt_budget2_stuck_seed*.json'
+    runs = _records(pattern)
+    before = [d['deployment']['prior_balance_s'] for d in runs]
+    after = [d['check']['balance_s'] for d in runs]
+    minutes = [d['rig_seconds'] / 60 for d in runs]
+    return (
+        '| ... within a 2-minute rig budget (`rig_minutes:=2`); after: the deployed policy '
+        f'measured again, 5 x 10 s | stuck; {_seeds(runs)} | {_spread(before)} → '
+        f'{_spread(after)} | {_spread(minutes, " min", 1)} | `{pattern}` |'
+    )
+
+
 def _v5_row() -> str:
     runs = _records('v5_*_seed*.json')
     cells = []
@@ -257,6 +270,7 @@ def headline_table() -> str:
             'rescued? Balance of 10 s, before → after',
             'adapt_stuck_k2_seed*.json',
         ),
+        _budget_row(),
         _adapt_row('`adapt` on a worn rig, before → after', 'adapt_worn_k2_seed*.json'),
         _adapt_row(
             '`adapt` on a rig the simulation covers: never worse? before → after',

@@ -76,7 +76,7 @@ from rip_control.adapting.record import (
     finished_entry,
 )
 from rip_control.files import atomic_write_bytes
-from rip_control.params import Param, options_help, parse_args
+from rip_control.params import Param, help_text, options_help, parse_args
 
 OPTIONS = (
     Param('rig_minutes', 10.0, 'rig-time budget (engaged or resetting), minutes', 0.5, 1000.0),
@@ -495,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
 
             argv = list(sys.argv[1:] if argv is None else argv)
             if any(x in ('-h', '--help') for x in argv):
-                print(__doc__)
+                print(help_text(__doc__))
                 print('adapt options (name:=value):\n' + options_help(OPTIONS))
                 print(arguments_help(defaults=RUNNER_DEFAULTS))
                 return 0

@@ -29,6 +29,7 @@ import numpy as np
 
 from rip_control import run_files
 from rip_control.files import atomic_write_bytes
+from rip_control.params import help_text
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.run.evaluation import EpisodeMetrics, episode_metrics, phi_from_obs, summarize
 from rip_control.run.launching import LAUNCH_ARGUMENTS, LEARNER, arguments_help
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
 
             argv = list(sys.argv[1:] if argv is None else argv)
             if any(a in ('-h', '--help') for a in argv):
-                print(__doc__)
+                print(help_text(__doc__))
                 print(arguments_help(skip=LEARNER_ONLY, defaults=DEFAULTS))
                 return 0
             return run_command(

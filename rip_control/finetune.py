@@ -36,7 +36,7 @@ from typing import Any
 
 from rip_control import run_files
 from rip_control.files import atomic_write_bytes
-from rip_control.params import parse_args
+from rip_control.params import help_text, parse_args
 from rip_control.procs import child_env, die_with_parent, ensure_loopback_dds, stop_process
 from rip_control.rig.emulator_process import EmulatorProcess
 from rip_control.ros.node_params import security_named
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     StopSignals().install()  # first; run() takes over a stop recorded before it starts
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ('-h', '--help') for a in argv):
-        print(__doc__)
+        print(help_text(__doc__))
         print(arguments_help())
         return 0
     return run_command('finetune', argv, lambda args, stream: run(args, stream_logs=stream))

@@ -22,6 +22,7 @@ import dataclasses
 from dataclasses import MISSING, dataclass
 import difflib
 import math
+import re
 from typing import Any, ClassVar
 
 DOUBLE, INTEGER, BOOL, STRING, INTEGER_ARRAY = 'double', 'integer', 'bool', 'string', 'integer[]'
@@ -207,17 +208,31 @@ def parse_args(argv: list[str]) -> dict[str, str]:
 
 
 def options_help(table: tuple[Param, ...]) -> str:
-    """One line per option: ``name:=default  (type) description``."""
+    """One line per option: ``name:=default  (type) description``, the types aligned."""
+    shown = [f'{p.name}:={_shown_default(p)}' for p in table]
+    width = max((len(s) for s in shown), default=0)
     return '\n'.join(
-        f'  {p.name}:={_shown_default(p):<14} ({p.type}) {p.description}' for p in table
+        f'  {s:<{width}}  ({p.type}) {p.description}' for s, p in zip(shown, table, strict=True)
     )
+
+
+_ROLE = re.compile(r':[a-z]+:`(~?)([^`]+)`')
+
+
+def help_text(doc: str | None) -> str:
+    """A module docstring as ``--help`` prints it: its reST markup read as plain text.
+
+    ``:mod:`a.b``` reads ``a.b`` (``~a.b.c``: ``c``), ````code```` reads ```code```.
+    """
+    text = _ROLE.sub(lambda m: m[2].rsplit('.', 1)[-1] if m[1] else m[2], doc or '')
+    return text.replace('``', '`')
 
 
 def help_requested(argv: list[str], doc: str | None, table: tuple[Param, ...]) -> bool:
     """Print ``doc`` and the option table if ``-h``/``--help`` is in ``argv``; say whether."""
     if not any(a in ('-h', '--help') for a in argv):
         return False
-    print(doc)
+    print(help_text(doc))
     print('options (name:=value):\n' + options_help(table))
     return True
 

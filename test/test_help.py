@@ -102,3 +102,25 @@ def test_a_runners_printed_default_is_what_its_plan_takes_when_it_is_left_out(mo
         if shown.startswith("'") and shown.endswith("'"):
             shown = shown[1:-1]
         assert argument.convert(shown) == taken, (module, name, shown, taken)
+
+
+@pytest.mark.parametrize(
+    'module',
+    [
+        'rip_control.finetune',
+        'rip_control.evaluate',
+        'rip_control.adapt',
+        'rip_control.record',
+        'rip_learner.pretrain',
+        'rip_learner.identify',
+    ],
+)
+def test_help_reads_as_plain_text_not_as_the_docstrings_markup(module):
+    import importlib
+
+    from rip_control.params import help_text
+
+    text = _help(module)
+    first = help_text((importlib.import_module(module).__doc__ or '').strip().split('\n')[0])
+    assert first and text.startswith(first), text  # the docstring, as plain text
+    assert '``' not in text and not re.search(r':(mod|class|func|meth|data|attr):`', text), text

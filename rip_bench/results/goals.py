@@ -10,6 +10,10 @@ RESCUE_WALL_S = 30 * 60.0
 """... within this much wall time (and the run's rig-time budget, in its record)."""
 FLOOR_S = 8.0
 """What the other rigs aim for (the worn rig's floor in the matrix records)."""
+BUDGET_WALL_S = 8 * 60.0
+"""``adapt rig_minutes:=2``: its wall time on these 2 cores (the rescue at :data:`FLOOR_S`)."""
+RESET_SHARE = 0.2
+"""The resets' share of the rig time, at most."""
 DEMO_MIN_RETURN = demo.MIN_RETURN  # ``make demo``: every training episode at least this
 TIMING_GOALS = {
     'seconds': 600.0,

@@ -105,10 +105,13 @@ def retrain(
         'target_balance_s': a.own['target_balance_s'],  # a re-training stops where rescued
         'seed': a.seed,
         'action_history': k,
-        # warm: no curriculum from scratch, a short random start
+        # warm: no curriculum from scratch, a short random start, and a stop at the first
+        # evaluation after the start's that reaches the target (the stuck rig's re-training
+        # met it at 15000 steps and had lost it by the 30000 a run from scratch waits for)
         'balance_steps': 0,
         'ramp_steps': 0,
         'random_steps': 1000,
+        'min_steps': 2,
     }
     run_program('pretrain', popts, a.log, prefix='retrain: ')
     result = json.loads((out / run_files.PRETRAIN_RECORD).read_text())

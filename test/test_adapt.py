@@ -47,15 +47,31 @@ def _plan(**typed):
 
 
 def test_the_plan_fits_the_deployments_to_the_budget_and_says_what_it_leaves_out() -> None:
-    from rip_control.adapting.plan import RESET_PLAN_S
+    import math
+
+    from rip_control.adapting.plan import RESERVE_FACTOR, RESET_PLAN_S
 
     per_episode = 10.0 + RESET_PLAN_S  # a deployment episode and its reset
     excitation = ExcitationDesign().duration_s + RESET_PLAN_S
     # Ten minutes: five episodes a deployment, a second candidate and the fine-tune fit.
     ten = _plan(rig_minutes=10.0)
     assert ten.episodes == 5 and ten.deployment_s == 5 * per_episode
-    assert ten.second_candidate and ten.finetune_s > ten.finetune_least_s
     assert ten.compulsory_s == excitation + 2 * 5 * per_episode
+    # ... the fine-tune's share: what is left less the final deployment, priced as the
+    # fine-tune reserves it (RESERVE_FACTOR deployments)
+    final = RESERVE_FACTOR * ten.deployment_s
+    assert ten.second_candidate and ten.finetune_s == 600.0 - ten.compulsory_s - final
+    # The least a fine-tune needs: the guard's 3 evaluation episodes, a 6-s training
+    # episode (each with a reset) and the final deployment's reserve; 0.01 minutes either side.
+    least = 3 * per_episode + 6.0 + RESET_PLAN_S + final
+    edge = (ten.compulsory_s + least) / 60.0
+    assert _plan(rig_minutes=math.floor(edge * 100) / 100).finetune_s == 0.0
+    assert _plan(rig_minutes=math.ceil(edge * 100) / 100).finetune_s > 0.0
+    # A second candidate needs its deployment and the final one's reserve; none is planned
+    # without a second identification.
+    room = (ten.compulsory_s + ten.deployment_s + 1.0) / 60.0  # one deployment, not 2.1
+    assert not _plan(rig_minutes=room).second_candidate
+    assert not _plan(rig_minutes=10.0, reidentify=False).second_candidate
     # Two minutes: as many episodes as the excitation and two deployments leave room for
     # (three), nothing optional; said before the rig moves.
     two = _plan(rig_minutes=2.0)
@@ -143,6 +159,85 @@ def _timing(path: Path, rows: list[tuple]) -> None:
         )
 
 
+def test_a_loops_plan_takes_its_options_and_the_guards_typed_evaluations(tmp_path) -> None:
+    from rip_control.adapt import OPTIONS
+    from rip_control.adapting.budget import plan_for
+    from rip_control.adapting.plan import RESERVE_FACTOR, RESET_PLAN_S
+
+    own = {p.name: p.default for p in OPTIONS}
+    runner = {'runs_dir': str(tmp_path)}
+    identifying = plan_for(Adapt(own, runner, stream=False))
+    assert identifying.excitation_s == ExcitationDesign().duration_s + RESET_PLAN_S
+    given = plan_for(Adapt({**own, 'identification': 'rig.yaml'}, runner, stream=False))
+    assert given.excitation_s == 0.0
+    # The guard's evaluations as typed (2, not adapt's 3) price the fine-tune; the training
+    # episode is the node's episode_seconds as typed.
+    typed = plan_for(
+        Adapt(own, {**runner, 'eval_episodes': '2', 'episode_seconds': '4'}, stream=False)
+    )
+    per_episode = own['deployment_episode_seconds'] + RESET_PLAN_S
+    final = RESERVE_FACTOR * typed.deployment_s
+    assert typed.finetune_least_s == 2 * per_episode + 4.0 + RESET_PLAN_S + final
+
+
+def test_a_deployment_runs_the_plans_episodes_under_the_limit_that_keeps_the_reserve(
+    tmp_path, monkeypatch
+) -> None:
+    from rip_control import evaluate
+    from rip_control.adapt import OPTIONS
+    from rip_control.adapting.budget import plan_for
+
+    own = {**{p.name: p.default for p in OPTIONS}, 'rig_minutes': 2.0}
+    loop = Adapt(own, {'runs_dir': str(tmp_path)}, stream=False)
+    loop.plan = plan_for(loop)
+    typed: list[dict] = []
+
+    def deployed(args: dict, stream_logs: bool) -> dict:
+        typed.append(args)
+        return {'episodes': [], 'ticks': {'n_ticks': 999}}  # 20 s of rig time
+
+    monkeypatch.setattr(evaluate, 'evaluate', deployed)
+    loop.deploy('0_baseline', Path('p'), excitation=True, reserve_s=loop.plan.deployment_s)
+    assert typed[0]['episodes'] == str(loop.plan.episodes) == '3', typed
+    assert typed[0]['rig_seconds'] == f'{120.0 - loop.plan.deployment_s:.1f}'
+    assert typed[0]['excitation_episodes'] == '1'
+    loop.deploy('2_candidate', Path('p'), excitation=False)
+    assert typed[1]['rig_seconds'] == '100.0' and 'excitation_episodes' not in typed[1]
+    loop.rig_s = 130.0  # past the budget: the limit never below a second (one episode runs)
+    loop.deploy('4_deployment', Path('p'), excitation=False)
+    assert typed[2]['rig_seconds'] == '1.0'
+
+
+def test_the_retraining_is_asked_to_stop_at_the_first_evaluation_that_reaches_the_target(
+    tmp_path, monkeypatch
+) -> None:
+    """The loop's target reaches the re-training, and any evaluation may stop it but the first.
+
+    pretrain scores a warm start at step 1; ``min_steps`` 2 leaves that one out.
+    """
+    import json
+
+    from rip_control.adapt import OPTIONS
+    from rip_control.adapting import offline
+
+    own = {**{p.name: p.default for p in OPTIONS}, 'target_balance_s': 7.5}
+    loop = Adapt(own, {'runs_dir': str(tmp_path)}, stream=False)
+    asked: dict = {}
+
+    def program(executable: str, options: dict, log, prefix: str = '') -> None:
+        asked.update(options, executable=executable)
+        out = Path(options['out'])
+        out.mkdir(parents=True)
+        record = {'steps': 5000, 'wall_s': 1.0, 'stopped_by': 'target', 'best': None}
+        (out / run_files.PRETRAIN_RECORD).write_text(json.dumps(record))
+
+    monkeypatch.setattr(offline, 'run_program', program)
+    done = offline.retrain(loop, '1_sim_retrain', Path('rig.yaml'), Path('p'), 2, 'identified')
+    assert asked['executable'] == 'pretrain' and asked['target_balance_s'] == 7.5, asked
+    assert asked['min_steps'] == 2 and asked['init'] == 'p', asked
+    assert done['steps'] == 5000
+
+
 def test_the_rig_time_splits_by_what_the_rig_did_and_the_guards_points_join_the_curve(
     tmp_path,
 ) -> None:
@@ -184,6 +279,7 @@ def test_the_rig_time_splits_by_what_the_rig_did_and_the_guards_points_join_the_
     ]
     curve = [{'rig_s': 20.0, 'balance_s': 0.75}, *points]
     assert rig_time.target_rig_seconds(curve, 8.0) == 73.0
+    assert rig_time.target_rig_seconds(curve, 9.2) == 108.0  # reached exactly counts
     assert rig_time.target_rig_seconds(curve, 9.5) is None
 
 
@@ -211,6 +307,13 @@ def test_the_runners_rig_time_limit_prices_episodes_and_not_the_excitation() -> 
     assert ended(mon.evaluations, 34.0) == '' and limit.cost_s == 12.0  # 34 + 12 + 2 <= 50
     why = ended(mon.evaluations, 47.0)  # 13 s the last: 47 + 13 + 2 > 50
     assert limit.cost_s == 13.0 and 'the next would pass the 50 s limit' in why, why
+    # The mean, when dearer than the last: three episodes in 34 s of a 100-s limit.
+    limit = RigBudget(100.0)
+    mon.episodes, mon.evaluations, mon.excitations, mon.used = [], [], [], 0.0
+    assert ended(mon.excitations, 20.0) == ''
+    assert ended(mon.evaluations, 40.0) == ''  # 20 s
+    assert ended(mon.evaluations, 50.0) == ''  # 10 s, the mean 15
+    assert ended(mon.evaluations, 54.0) == '' and limit.cost_s == pytest.approx(34.0 / 3)
 
 
 def _report(returns: list[float], balances: list[float]) -> dict:
@@ -488,6 +591,7 @@ def test_the_fine_tune_starts_from_what_the_guard_promoted_and_from_nothing_else
     seen: dict = {}
 
     def deploy(a, name, policy, excitation, reserve_s=0.0):
+        seen.setdefault('reserves', {})[name] = reserve_s
         a.phases.append({'phase': name, 'rig_seconds': 30.0})
         if policy == prior:
             return base
@@ -525,6 +629,8 @@ def test_the_fine_tune_starts_from_what_the_guard_promoted_and_from_nothing_else
     loop.own = own
     loop.plan = budget.plan_for(loop)
     summary = adapt._loop(loop, own, prior, 600.0, None, None)
+    # The baseline keeps room for the candidate's deployment after it; the candidate, nothing.
+    assert seen['reserves'] == {'0_baseline': loop.plan.deployment_s, '2_candidate': 0.0}
     # The second identification judges against what goes on after the first candidate.
     assert seen['against'] is (good if first == 'promoted' else base)
     assert seen['replaces_candidate'] == (first == 'promoted')

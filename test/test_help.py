@@ -124,3 +124,13 @@ def test_help_reads_as_plain_text_not_as_the_docstrings_markup(module):
     first = help_text((importlib.import_module(module).__doc__ or '').strip().split('\n')[0])
     assert first and text.startswith(first), text  # the docstring, as plain text
     assert '``' not in text and not re.search(r':(mod|class|func|meth|data|attr):`', text), text
+    assert '`~' not in text, text  # a shortened reference reads as its last name
+
+
+def test_the_options_types_line_up_in_one_column():
+    from rip_control import adapt
+    from rip_control.params import options_help
+
+    lines = options_help(adapt.OPTIONS).splitlines()
+    assert len(lines) == len(adapt.OPTIONS)
+    assert len({line.index(' (') for line in lines}) == 1, lines

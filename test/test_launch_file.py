@@ -462,6 +462,10 @@ def test_adapt_under_launch_keeps_a_wrong_identifications_policy_off_the_rig(
     # its episodes are the split's evaluations, the training episode its training.
     guard = [p for p in s['curve'] if p['what'].startswith('3_finetune ')]
     assert guard[0]['what'] == f'3_finetune v{prior_version} baseline', s['curve']
+    names = [p['phase'] for p in s['phases']]
+    before = sum(p['rig_seconds'] for p in s['phases'][: names.index('3_finetune')])
+    finetune_s = s['phases'][names.index('3_finetune')]['rig_seconds']
+    assert before < guard[0]['rig_s'] < before + finetune_s, (before, finetune_s, guard)
     assert guard[0]['balance_s'] == pytest.approx(
         (float(fine[0]['balance_s']) + float(fine[1]['balance_s'])) / 2
     )

@@ -43,11 +43,13 @@ class Plan:
     :param episodes: episodes of each deployment.
     :param deployment_s: one deployment.
     :param finetune_least_s: the least a fine-tune on the rig needs: the guard's baseline
-        evaluation, one training episode and the final deployment.
+        evaluation, one training episode and the final deployment's reserve
+        (:data:`RESERVE_FACTOR` deployments, as the fine-tune reserves it).
     :param second_candidate: a second candidate's deployment is expected to fit, with the
         final deployment's reserve (if identifying again moves the physics).
-    :param finetune_s: the fine-tune's expected share (0: not expected to fit). The optional
-        phases are decided later, at the rig time each deployment measured.
+    :param finetune_s: the fine-tune's expected share, the final deployment's reserve left
+        out (0: not expected to fit); a second candidate, if one runs, is paid from it. The
+        optional phases are decided later, at the rig time each deployment measured.
     """
 
     budget_s: float
@@ -85,7 +87,11 @@ class Plan:
                 f"deployment's reserve; {max(left, 0):.0f} s left)"
             )
         if self.finetune_s:
-            out.append(f'  fine-tune and its final deployment: the rest, ~{self.finetune_s:.0f} s')
+            out.append(
+                f'  fine-tune ~{self.finetune_s:.0f} s'
+                + (' (less a second candidate, if one runs)' if self.second_candidate else '')
+                + f', then the final deployment ~{RESERVE_FACTOR * self.deployment_s:.0f} s'
+            )
         else:
             out.append(
                 '  not expected to fit: the fine-tune on the rig and its final deployment '
@@ -120,14 +126,15 @@ def make_plan(
             f'rig_minutes:={own["rig_minutes"]:g} is too small: '
             + (f'the excitation (~{excitation:.0f} s) and ' if excitation else '')
             + f'two deployments of {deployments}, resets included) need {least_s:.0f} s of rig '
-            f'time: rig_minutes:={math.ceil(least_s / 60.0 * 100) / 100:g} at least'
+            f'time: rig_minutes:={math.ceil(least_s * 100 / 60.0) / 100:g} at least'
         )
     deployment_s = episodes * per_episode
     again = bool(own['reidentify']) and not own['identification']
     left = budget_s - excitation - 2 * deployment_s
     training_s = float(control['episode_seconds']) + RESET_PLAN_S
     guard_s = eval_episodes * per_episode
-    finetune_least_s = guard_s + training_s + deployment_s
+    final_s = RESERVE_FACTOR * deployment_s
+    finetune_least_s = guard_s + training_s + final_s
     return Plan(
         budget_s=budget_s,
         excitation_s=excitation,
@@ -135,5 +142,5 @@ def make_plan(
         deployment_s=deployment_s,
         finetune_least_s=finetune_least_s,
         second_candidate=again and left >= (1.0 + RESERVE_FACTOR) * deployment_s,
-        finetune_s=left - deployment_s if left >= finetune_least_s else 0.0,
+        finetune_s=left - final_s if left >= finetune_least_s else 0.0,
     )

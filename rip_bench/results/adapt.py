@@ -213,6 +213,7 @@ BUDGET = (
     'adapt_budget2_qube_servo2_seed0.json',
     'adapt_budget2_heavy_seed0.json',
     'adapt_budget4_gap_sticky_seed0.json',
+    'adapt_budget4_gap_laggy_seed0.json',
     'adapt_budget4_gap_heavy_tip_seed0.json',
 )
 TEN_MINUTES = {
@@ -221,6 +222,7 @@ TEN_MINUTES = {
     'qube_servo2': ADAPT_K2['nominal'],
     'heavy': ADAPT_K2['heavy'],
     'gap_sticky': ('adapt_gap_sticky_seed0.json',),
+    'gap_laggy': ('adapt_gap_laggy_seed0.json',),
     'gap_heavy_tip': ('adapt_gap_heavy_tip_seed0.json',),
 }
 
@@ -229,7 +231,7 @@ def _budget_setup(r: Records) -> str:
     return (
         '`adapt` as typed with a small `rig_minutes` (`python -m rip_bench adapt --rig-minutes '
         'M`), its other options the defaults: 2 minutes on the rigs built from the model, 4 on '
-        'two rigs outside it. The plan fits the excitation and two deployments into the budget '
+        'three rigs outside it. The plan fits the excitation and two deployments into the budget '
         '(as many 10-s episodes each as fit) and leaves the rest out. What the run deployed is '
         "then measured again, 5 x 10 s from hanging on the same rig (the record's `check`, "
         "not counted as the run's rig time): the goal's measure, whatever the budget let the "

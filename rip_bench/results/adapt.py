@@ -213,6 +213,7 @@ BUDGET = (
     'adapt_budget2_qube_servo2_seed0.json',
     'adapt_budget2_heavy_seed0.json',
     'adapt_budget4_gap_sticky_seed0.json',
+    'adapt_budget4_gap_sticky_seed1.json',
     'adapt_budget4_gap_laggy_seed0.json',
     'adapt_budget4_gap_laggy_seed1.json',
     'adapt_budget4_gap_heavy_tip_seed0.json',
@@ -222,7 +223,7 @@ TEN_MINUTES = {
     'worn': ADAPT_K2['worn'],
     'qube_servo2': ADAPT_K2['nominal'],
     'heavy': ADAPT_K2['heavy'],
-    'gap_sticky': ('adapt_gap_sticky_seed0.json',),
+    'gap_sticky': ('adapt_gap_sticky_seed0.json', 'adapt_gap_sticky_seed1.json'),
     'gap_laggy': ('adapt_gap_laggy_seed0.json',),
     'gap_heavy_tip': ('adapt_gap_heavy_tip_seed0.json',),
 }
@@ -236,8 +237,8 @@ def _budget_setup(r: Records) -> str:
         '(as many 10-s episodes each as fit) and leaves the rest out. What the run deployed is '
         "then measured again, 5 x 10 s from hanging on the same rig (the record's `check`, "
         "not counted as the run's rig time): the goal's measure, whatever the budget let the "
-        "run's own deployments hold. Beside each rig its 10-minute records (the same seeds; "
-        'on the gap rigs seed 0 alone; earlier commits: the reset before the braking one).'
+        "run's own deployments hold. Beside each rig its 10-minute records (the same seeds; on "
+        'gap_laggy seed 0 alone; earlier commits: the reset before the braking one).'
     )
 
 

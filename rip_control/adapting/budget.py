@@ -78,15 +78,14 @@ def finetune_within_budget(
 
 
 def plan_for(a: Adapt) -> Plan:
-    """The plan of ``a``'s loop (:mod:`rip_control.adapting.plan`), logged.
+    """The plan of ``a``'s loop (:mod:`rip_control.adapting.plan`); the loop logs it.
 
     :raises ValueError: the budget is too small for the compulsory phases, naming the least.
     """
     from rip_control.rig.excitation import ExcitationDesign
 
     excitation_s = 0.0 if a.own['identification'] else ExcitationDesign().duration_s
-    plan = make_plan(a.own, a.control, excitation_s, int(guard_settings(a)['eval_episodes']))
-    return plan
+    return make_plan(a.own, a.control, excitation_s, int(guard_settings(a)['eval_episodes']))
 
 
 def guard_settings(a: Adapt) -> dict[str, Any]:

@@ -7,7 +7,9 @@ the shipped policy from hanging, recorded in simulation with the rig's physics (
 noise and latency included: the readings the identification sees are what a rig reports),
 then :func:`rip_learner.identify.identify` from the QUBE-Servo 2 prior. Each fitted value's
 error against the rig file, and whether it is within the goal's tolerance; with
-``--episodes 0 1 3`` also how the error shrinks with more data.
+``--episodes 0 1 3`` also how the error shrinks with more data, and with
+``--excitation-seconds 5 10 15`` how much of the excitation it needs: only its first seconds
+are kept (the 20-s episode has a ramp, a chirp and a ladder of kicks, in that order).
 """
 
 from __future__ import annotations
@@ -114,13 +116,32 @@ def simulated_recording(
     }
 
 
-def identify_one(rig_file: str, seed: int, episodes: int, opts: dict[str, Any]) -> dict[str, Any]:
+def excitation_cut(arrays: dict[str, np.ndarray], seconds: float, rate_hz: float) -> dict:
+    """``arrays`` with the excitation episode (episode 0) cut to its first ``seconds``."""
+    keep = (arrays['episodes'] > 0) | (arrays['steps'] < round(seconds * rate_hz))
+    last = np.flatnonzero(keep & (arrays['episodes'] == 0))
+    out = {k: v[keep] for k, v in arrays.items()}
+    if len(last) and seconds * rate_hz < np.count_nonzero(arrays['episodes'] == 0):
+        out['timeouts'] = out['timeouts'].copy()
+        out['timeouts'][len(last) - 1] = 1.0  # the cut episode ends there
+    return out
+
+
+def identify_one(
+    rig_file: str,
+    seed: int,
+    episodes: int,
+    opts: dict[str, Any],
+    excitation_s: float | None = None,
+) -> dict[str, Any]:
     """One rig, seed and amount of data: the errors of every fitted value."""
     from rip_control.rig.dynamics import PendulumParams
     from rip_learner.identify import identify, records_from_arrays
 
     truth = PendulumParams.from_yaml(rig_file)
     arrays = simulated_recording(truth, seed=seed, episodes=episodes)
+    if excitation_s is not None:
+        arrays = excitation_cut(arrays, excitation_s, opts['rate_hz'])
     records = records_from_arrays(arrays, 1.0 / opts['rate_hz'], opts['max_action_v'])
     result, _ = identify(records, PendulumParams(), {**opts, 'seed': seed}, log=lambda _: None)
     params: dict[str, Any] = {}
@@ -152,16 +173,24 @@ def identify_one(rig_file: str, seed: int, episodes: int, opts: dict[str, Any]) 
         'rig': rig_file,
         'seed': seed,
         'episodes': episodes,
+        'excitation_seconds': excitation_s,
         'seconds_of_data': result.seconds_of_data,
         'wall_s': result.wall_s,
         'within_goal': bool(ok),
+        'held_out_rms_rad': (result.selection or {}).get('held_out_rms_rad'),
         'undetermined': result.undetermined,
         'residual_rms_rad': [result.rms_theta_rad, result.rms_alpha_rad],
         'params': params,
     }
 
 
-def identify_gap(rig_file: str, seed: int, episodes: int, opts: dict[str, Any]) -> dict[str, Any]:
+def identify_gap(
+    rig_file: str,
+    seed: int,
+    episodes: int,
+    opts: dict[str, Any],
+    excitation_s: float | None = None,
+) -> dict[str, Any]:
     """A reality-gap rig: what the identification's term selection finds, and what it leaves.
 
     Recorded offline behind the real firmware logic (:func:`rip_bench.offline_rig.record_session`:
@@ -175,6 +204,8 @@ def identify_gap(rig_file: str, seed: int, episodes: int, opts: dict[str, Any]) 
     from rip_learner.identify import identify, records_from_arrays
 
     arrays = record_session(rig_file, DEFAULT_POLICY, episodes=episodes, seed=seed)
+    if excitation_s is not None:
+        arrays = excitation_cut(arrays, excitation_s, opts['rate_hz'])
     records = records_from_arrays(arrays, 1.0 / opts['rate_hz'], opts['max_action_v'])
     result, _ = identify(records, PendulumParams(), {**opts, 'seed': seed}, log=lambda _: None)
     sel = result.selection or {}
@@ -193,6 +224,7 @@ def identify_gap(rig_file: str, seed: int, episodes: int, opts: dict[str, Any]) 
         'kind': 'reality gap',
         'seed': seed,
         'episodes': episodes,
+        'excitation_seconds': excitation_s,
         'seconds_of_data': result.seconds_of_data,
         'wall_s': result.wall_s,
         'selection': sel,
@@ -211,6 +243,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         default=[1],
         help='deployment episodes after the excitation (10 s each), one fit per value',
     )
+    ap.add_argument(
+        '--excitation-seconds',
+        nargs='+',
+        type=float,
+        default=[None],
+        help="the excitation's first seconds kept (default: all of it), one fit per value",
+    )
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
@@ -222,8 +261,9 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     from rip_control.rig.gap_plant import load_gap
 
     runs = [
-        (identify_gap if load_gap(rig) else identify_one)(rig, seed, episodes, opts)
+        (identify_gap if load_gap(rig) else identify_one)(rig, seed, episodes, opts, cut)
         for episodes in a.episodes
+        for cut in a.excitation_seconds
         for rig in a.rigs
         for seed in a.seeds
     ]
@@ -245,11 +285,12 @@ def identification_table(docs: list[dict[str, Any]]) -> str:
         '| rig | data | within goal (seeds) | ' + ' | '.join(short[n] for n in names) + ' |',
         '|---|---|---|' + '---|' * len(names),
     ]
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, int, Any], list[dict[str, Any]]] = {}
     for d in docs:
         for r in d['runs']:
-            groups.setdefault((r['rig'], r['episodes']), []).append(r)
-    for (rig, _), runs in groups.items():
+            key = (r['rig'], r['episodes'], r.get('excitation_seconds'))
+            groups.setdefault(key, []).append(r)
+    for (rig, _, _), runs in groups.items():
         cells = []
         for n in names:
             errs = [r['params'][n]['error'] for r in runs]

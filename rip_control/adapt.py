@@ -276,7 +276,7 @@ def _loop(
         randomization = 'standard'
     a.note('retrain', offline.retrain(a, PHASES[1], identified, prior, k, randomization))
     # 4. the candidate on the rig, judged by the guard's rule against the prior's deployment
-    version, candidate, judged = _candidate(a, prior, k_prior)
+    version, candidate, judged = _candidate(a, prior, k_prior, base)
     verdict = judging.judge(a, base, judged)
     judging.log_verdict(a, PHASES[2], verdict, 're-trained', 'prior')
     a.note('candidate', judging.candidate_record(version, verdict, judged))
@@ -340,8 +340,13 @@ def _action_histories(a: Adapt, prior: Path) -> tuple[int, int]:
     return k_prior, max(k_prior, int(PRETRAIN_ACTION_HISTORY.default))
 
 
-def _candidate(a: Adapt, prior: Path, k_prior: int) -> tuple[int, Path, dict[str, Any]]:
-    """The re-trained policy, versioned ``VERSION_GAP`` over the prior, deployed on the rig."""
+def _candidate(
+    a: Adapt, prior: Path, k_prior: int, base: dict[str, Any]
+) -> tuple[int, Path, dict[str, Any]]:
+    """The re-trained policy, versioned ``VERSION_GAP`` over the prior, deployed on the rig.
+
+    Its deployment ends early once the guard's rule certainly rejects it against ``base``.
+    """
     from rip_control.policy import load_actor_file
     from rip_control.rig.env import ACTION_SIZE, obs_size
 
@@ -356,7 +361,8 @@ def _candidate(a: Adapt, prior: Path, k_prior: int) -> tuple[int, Path, dict[str
     candidate = _recorded_policy(a, PHASES[2]) or _versioned(
         a.run_dir / PHASES[1] / run_files.POLICY, a.run_dir / 'candidate', version, a.rate
     )
-    return version, candidate, a.deploy(PHASES[2], candidate, excitation=False)
+    stop = judging.certain_rejection(a, base)
+    return version, candidate, a.deploy(PHASES[2], candidate, excitation=False, stop_when=stop)
 
 
 def _recorded_policy(a: Adapt, name: str) -> Path | None:
@@ -442,7 +448,8 @@ def _again(
     policy = _recorded_policy(a, AGAIN[1]) or _versioned(
         a.run_dir / AGAIN[0] / run_files.POLICY, a.run_dir / 'candidate_again', version, a.rate
     )
-    report = a.deploy(AGAIN[1], policy, excitation=False)
+    stop = judging.certain_rejection(a, against)
+    report = a.deploy(AGAIN[1], policy, excitation=False, stop_when=stop)
     verdict = judging.judge(a, against, report)
     if verdict.kind == 'promoted' and replaces_candidate:
         verdict = judging.shown_better(verdict, report, against)

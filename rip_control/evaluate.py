@@ -164,8 +164,18 @@ def with_defaults(args: dict[str, str]) -> dict[str, str]:
     return {**DEFAULTS, **args}
 
 
-def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
-    """Deploy and measure; return the report also written to ``evaluation.json``."""
+def evaluate(
+    args: dict[str, str],
+    stream_logs: bool = True,
+    stop_when: Callable[[list[EpisodeMetrics]], str] | None = None,
+) -> dict[str, Any]:
+    """Deploy and measure; return the report also written to ``evaluation.json``.
+
+    :param stop_when: ``stop_when(metrics)`` of the episodes ended so far says why they
+        decide what the deployment is for ('' while they do not, e.g.
+        :func:`rip_control.rt.guard.certain_miss`); the deployment then ends before its next
+        episode, and the report (``stopped_decided``) says why.
+    """
     from rip_control import finetune
 
     bad = sorted(set(args) & set(LEARNER_ONLY))
@@ -176,12 +186,19 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
         raise ValueError(f'policy:={policy}: no such file')
     args = with_defaults(args)
     recorder = TransitionRecorder()
+
+    def decided(ended: int, rate_hz: float) -> str:
+        if stop_when is None or not recorder.complete(ended):
+            return ''
+        return stop_when([m for _, m, _ in recorder.episodes(1.0 / rate_hz)][:ended])
+
     run = finetune.run(
         args,
         stream_logs=stream_logs,
         learn=False,
         observe=recorder.attach,
         complete=recorder.complete,
+        decided=decided,
     )
     rate = float(run['rate_hz'])
     episodes = recorder.episodes(1.0 / rate)
@@ -202,6 +219,7 @@ def evaluate(args: dict[str, str], stream_logs: bool = True) -> dict[str, Any]:
         'cut_attempts_dropped': recorder.cut_attempts,
         'ticks': run.get('ticks'),
         'reset_seconds': run.get('reset_seconds', 0.0),
+        'stopped_decided': run.get('stopped_decided'),
         'failure': run['failure'],
         'interrupted': run['interrupted'],
     }

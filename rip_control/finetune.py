@@ -99,6 +99,7 @@ def run(
     learn: bool = True,
     observe: Callable[[Any, str], Callable[[], bool]] | None = None,
     complete: Callable[[int], bool] | None = None,
+    decided: Callable[[int, float], str] | None = None,
 ) -> dict[str, Any]:
     """Run the fine-tune; return the summary (also written to the run folder).
 
@@ -111,12 +112,15 @@ def run(
         bounded, between configuring and activating the control node.
     :param complete: ``complete(episodes)`` tells whether the observer has received all of
         them; after the last episode summary the runner waits for it (at most 5 s).
+    :param decided: ``decided(ended, rate_hz)``: why the episodes ended so far decide the run
+        ('' while they do not); the run then ends before its next episode
+        (:meth:`~rip_control.run.supervisor.Supervisor.run_episodes`).
     """
     # First, before any moment a signal could fall into; a stop an entry point's own
     # StopSignals recorded before this is taken over.
     stops = StopSignals(repeat_note=STOPPING_NOTE).install()
     try:
-        return _run(args, stops, stream_logs, learn, observe, complete)
+        return _run(args, stops, stream_logs, learn, observe, complete, decided)
     finally:
         stops.restore()
 
@@ -191,6 +195,7 @@ def _run(
     learn: bool,
     observe: Callable[[Any, str], Callable[[], bool]] | None,
     complete: Callable[[int], bool] | None,
+    decided: Callable[[int, float], str] | None = None,
 ) -> dict[str, Any]:
     """Start the processes, run the episodes, stop in the safe order; the run's summary."""
     import rclpy
@@ -231,7 +236,12 @@ def _run(
             _start_processes(run.specs, stops, stream_logs, children, emulators)
             # The learner imports torch first: the match waits for it, bounded.
             sup.start(30.0, 180.0, observer_ready)
-            sup.run_episodes(run.episodes, complete, float(run.values['rig_seconds']))
+            sup.run_episodes(
+                run.episodes,
+                complete,
+                float(run.values['rig_seconds']),
+                None if decided is None else lambda n: decided(n, run.rate_hz),
+            )
             sup.hand_over()
     except KeyboardInterrupt:
         interrupted = True
@@ -317,6 +327,7 @@ def _conclude(
         interrupted=interrupted,
         stopped_by_operator=stopped_by or None,
         stopped_for_rig_time=sup.stopped_for_rig_time or None,
+        stopped_decided=sup.stopped_decided or None,
         exit_codes=codes,
         policy=str(run.control_spec.params.get('policy', '')) or None,
     )

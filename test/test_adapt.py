@@ -192,8 +192,9 @@ def test_a_deployment_runs_the_plans_episodes_under_the_limit_that_keeps_the_res
     loop.plan = plan_for(loop)
     typed: list[dict] = []
 
-    def deployed(args: dict, stream_logs: bool) -> dict:
+    def deployed(args: dict, stream_logs: bool, stop_when=None) -> dict:
         typed.append(args)
+        assert stop_when is None  # no sequential rule unless the phase gives one
         return {'episodes': [], 'ticks': {'n_ticks': 999}}  # 20 s of rig time
 
     monkeypatch.setattr(evaluate, 'evaluate', deployed)
@@ -347,6 +348,64 @@ def test_the_retrained_policy_is_judged_by_the_guards_rule_on_the_deployments_me
     assert judge(loop, prior, _report([400.0, 240.0], [0.45, 0.45])).kind == 'promoted'
 
 
+def test_a_candidates_deployment_stops_once_the_guards_rule_rejects_it_whatever_comes_next(
+    tmp_path, monkeypatch
+) -> None:
+    """The sequential rule of a candidate's deployment, on synthetic episodes.
+
+    3 episodes of 10 s at 50 Hz: each returns at most 500 and balances at most 10 s. The
+    prior's deployment (mean return 335, balance 8 s) sets the bars: return 318.25 (5 %
+    below), balance 6 s (25 % below).
+    """
+    from types import SimpleNamespace
+
+    from rip_control import evaluate
+    from rip_control.adapt import OPTIONS
+    from rip_control.adapting.budget import plan_for
+    from rip_control.adapting.judging import certain_rejection
+
+    own = {**{p.name: p.default for p in OPTIONS}, 'rig_minutes': 2.0}
+    loop = Adapt(own, {'runs_dir': str(tmp_path)}, stream=False)
+    loop.plan = plan_for(loop)
+    assert loop.plan.episodes == 3
+    prior = _report([330.0, 340.0, 335.0], [8.0, 8.0, 8.0])
+    stop = certain_rejection(loop, prior)
+
+    def done(*figures: tuple[float, float]) -> list:
+        return [SimpleNamespace(ret=r, longest_balance_s=b) for r, b in figures]
+
+    assert stop([]) == ''
+    # One fallen episode: (10 + 2 x 500) / 3 = 337 could still clear 318: it runs on.
+    assert stop(done((10.0, 0.1))) == ''
+    # Two: (20 + 500) / 3 = 173 cannot. Certain: stop, one episode's rig time saved.
+    why = stop(done((10.0, 0.1), (10.0, 0.1)))
+    assert why == (
+        'the candidate misses the return bar whatever its other 1 episode(s) score: '
+        'rejected after 2 of 3'
+    )
+    # On balance: (0 + 0 + 10) / 3 = 3.3 s < 6 s, its returns as high as the prior's.
+    assert 'balance bar' in stop(done((400.0, 0.0), (400.0, 0.0)))
+    # A good start never stops it, nor does a poor one the rest could still lift.
+    assert stop(done((440.0, 9.0), (450.0, 9.0))) == ''
+    assert stop(done((200.0, 4.0), (300.0, 7.0))) == ''  # (500 + 500) / 3 = 333
+    # Judged on the episodes it ran, the verdict is the rejection the rule foresaw.
+    v = judge(loop, prior, _report([10.0, 10.0], [0.1, 0.1]))
+    assert v.kind == 'rejected' and 'certain after 2 of 3 episodes' in v.reason, v.reason
+    # A full deployment's rejection says nothing of certainty.
+    v = judge(loop, prior, _report([10.0, 10.0, 10.0], [0.1, 0.1, 0.1]))
+    assert v.kind == 'rejected' and 'certain' not in v.reason
+    # The candidate phases hand their rule to the deployment.
+    given: list = []
+
+    def deployed(args: dict, stream_logs: bool, stop_when=None) -> dict:
+        given.append(stop_when)
+        return {'episodes': [], 'ticks': {'n_ticks': 99}}
+
+    monkeypatch.setattr(evaluate, 'evaluate', deployed)
+    loop.deploy('2_candidate', Path('p'), excitation=False, stop_when=stop)
+    assert given == [stop]
+
+
 def test_the_launch_passes_on_what_was_typed_and_refuses_a_bad_value_by_name() -> None:
     from rip_control.adapt import OPTIONS, launch_argv, split_arguments
     from rip_control.run.launching import LAUNCH_ARGUMENTS
@@ -487,7 +546,7 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
     monkeypatch.setattr(adapt, '_versioned', lambda src, dst, version, rate: dst / 'p')
     better = _report([440.0, 450.0], [8.4, 8.5])
 
-    def deploy(a, name, policy, excitation):
+    def deploy(a, name, policy, excitation, stop_when=None):
         calls.append((name, policy))
         a.phases.append({'phase': name, 'rig_seconds': 60.0})
         return better
@@ -590,7 +649,7 @@ def test_the_fine_tune_starts_from_what_the_guard_promoted_and_from_nothing_else
     again_policy = loop.run_dir / 'candidate_again' / 'p'
     seen: dict = {}
 
-    def deploy(a, name, policy, excitation, reserve_s=0.0):
+    def deploy(a, name, policy, excitation, reserve_s=0.0, stop_when=None):
         seen.setdefault('reserves', {})[name] = reserve_s
         a.phases.append({'phase': name, 'rig_seconds': 30.0})
         if policy == prior:

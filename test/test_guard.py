@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 import math
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import pytest
 
-from rip_control.rt.guard import RegressionGuard
+from rip_control.rt.guard import EpisodeBounds, RegressionGuard
 
 
 @dataclass(frozen=True)
@@ -260,6 +262,130 @@ def test_an_evaluation_of_three_episodes_is_judged_on_their_means() -> None:
     assert guard.live_version == 2
     guard.finish_training()
     assert guard.next_episode(steady) == (False, steady)  # nothing newer: training
+
+
+_BOUNDS = EpisodeBounds(max_return=100.0, max_balance_s=2.0)
+
+
+def _after_baseline(episodes: int, ret: float, balance_s: float, bounds=_BOUNDS):
+    """A guard of ``episodes``-episode evaluations whose baseline scored ``ret``/``balance_s``."""
+    guard: RegressionGuard[_Actor] = RegressionGuard(
+        every=1, margin=0.05, balance_margin=0.25, episodes=episodes, bounds=bounds
+    )
+    for _ in range(episodes):
+        guard.next_episode(_Actor(0))
+        v = guard.judge(ret, balance_s)
+    assert v.kind == 'baseline'
+    guard.finish_training()
+    return guard
+
+
+def test_an_evaluation_stops_when_its_rejection_is_certain_and_runs_on_while_it_could_pass():
+    """Curtailment: stop once no remaining episode scoring its most could lift the mean.
+
+    Baseline 90 (bar 85.5) and 1.6 s (bar 1.2 s) over 3 episodes of at most 100 and 2 s.
+    """
+    guard = _after_baseline(3, 90.0, 1.6)
+    cand = _Actor(1)
+    assert guard.next_episode(cand) == (True, cand)
+    v = guard.judge(10.0, 2.0)  # at most (10 + 200) / 3 = 70 < 85.5: certain
+    assert (v.kind, v.missed, v.episodes, v.planned) == ('rejected', 'return', 1, 3)
+    assert v.score == 10.0 and 'certain after 1 of 3 episodes' in v.reason
+    assert guard.live_version == 0 and guard.rejected == 1
+    guard.finish_training()
+    # The next candidate: 60 could still pass ((60 + 200) / 3 = 86.7), so it runs on.
+    close = _Actor(2)
+    assert guard.next_episode(close) == (True, close)
+    assert guard.judge(60.0, 2.0).kind == 'pending'
+    assert guard.next_episode(close) == (True, close)
+    v = guard.judge(95.0, 0.1)  # (155 + 100) / 3 = 85 < 85.5: now certain
+    assert (v.kind, v.missed, v.episodes) == ('rejected', 'return', 2)
+    guard.finish_training()
+    # On balance alone: 0 s, then 0 s leave at most 2 / 3 = 0.67 s < 1.2 s.
+    short = _Actor(3)
+    guard.next_episode(short)
+    assert guard.judge(100.0, 0.0).kind == 'pending'  # (0 + 4) / 3 = 1.33: could pass
+    guard.next_episode(short)
+    v = guard.judge(100.0, 0.0)
+    assert (v.kind, v.missed, v.episodes) == ('rejected', 'balance', 2)
+    guard.finish_training()
+    # A candidate that passes runs every episode: a promotion is never curtailed.
+    good = _Actor(4)
+    for _ in range(2):
+        guard.next_episode(good)
+        assert guard.judge(99.0, 2.0).kind == 'pending'
+    guard.next_episode(good)
+    v = guard.judge(99.0, 2.0)
+    assert (v.kind, v.episodes) == ('promoted', 3) and guard.live_version == 4
+
+
+def test_without_bounds_every_episode_runs() -> None:
+    guard = _after_baseline(3, 90.0, 1.6, bounds=None)
+    guard.next_episode(_Actor(1))
+    assert guard.judge(-1e9, 0.0).kind == 'pending'
+    assert guard.judge(-1e9, 0.0).kind == 'pending'
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    episodes=st.integers(2, 5),
+    baseline=st.tuples(st.floats(-50.0, 100.0), st.floats(0.0, 2.0)),
+    figures=st.lists(st.tuples(st.floats(-200.0, 100.0), st.floats(0.0, 2.0)), min_size=5),
+)
+def test_a_curtailed_verdict_is_the_one_every_completion_would_give(episodes, baseline, figures):
+    """The rule stops only when certain: any scores of the episodes it skipped reject too.
+
+    And while it runs on, the verdict is open: the skipped episodes at their most would
+    promote (the full evaluation, without bounds, run on the same figures).
+    """
+    curtailed = _after_baseline(episodes, *baseline)
+    cand = _Actor(1)
+    k = 0
+    for ret, bal in figures[:episodes]:
+        curtailed.next_episode(cand)
+        v = curtailed.judge(ret, bal)
+        k += 1
+        if v.kind != 'pending':
+            break
+    done = figures[:k]
+    completions = [
+        [(_BOUNDS.max_return, _BOUNDS.max_balance_s)] * (episodes - k),  # the most
+        [(-200.0, 0.0)] * (episodes - k),
+        figures[k:episodes],
+    ]
+    for rest in completions:
+        full = _after_baseline(episodes, *baseline, bounds=None)
+        full.next_episode(cand)
+        for ret, bal in done + rest:
+            w = full.judge(ret, bal)
+            full.next_episode(cand)
+        if k < episodes:  # stopped early: every completion rejects as well
+            assert (v.kind, w.kind) == ('rejected', 'rejected'), (done, rest, v, w)
+    # Before each episode where it ran on, the most the rest could score would pass.
+    for j in range(1, k):
+        full = _after_baseline(episodes, *baseline, bounds=None)
+        full.next_episode(cand)
+        for ret, bal in figures[:j] + [(_BOUNDS.max_return, _BOUNDS.max_balance_s)] * (
+            episodes - j
+        ):
+            w = full.judge(ret, bal)
+            full.next_episode(cand)
+        assert w.kind == 'promoted', (figures[:j], w)
+
+
+def test_the_loops_guard_knows_the_most_an_evaluation_episode_scores() -> None:
+    """The bounds the control loop gives its guard: the task's reward ceiling and length."""
+    from rip_control.params import CONTROL_PARAMETERS, defaults
+    from rip_control.rig.env import TaskConfig
+    from rip_control.rt.loop import LoopConfig
+
+    task = TaskConfig(50.0, 6.0, 10.0, 1.5, 0)
+    config = LoopConfig.from_params(defaults(CONTROL_PARAMETERS))
+    bounds = config.guard(task).bounds
+    assert bounds == EpisodeBounds(300.0, pytest.approx(6.0))  # 300 steps of at most 1
+    longer = LoopConfig.from_params({**defaults(CONTROL_PARAMETERS), 'eval_episode_seconds': 10.0})
+    assert longer.guard(task).bounds == EpisodeBounds(500.0, pytest.approx(10.0))
+    assert config.guard().bounds is None
 
 
 def test_eval_episodes_below_one_is_refused_by_name() -> None:

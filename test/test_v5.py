@@ -72,3 +72,40 @@ def test_evaluate_without_a_policy_deploys_the_one_shipped_for_the_rate(tmp_path
     report = json.loads((tmp_path / 'shipped' / run_files.EVALUATION).read_text())
     assert report['policy'] == str(packaged_policy(50.0))
     assert len(report['episodes']) == 1
+
+
+def test_a_deployment_ends_once_its_episodes_decide_it(tmp_path):
+    """``evaluate``'s ``stop_when``: the run ends after the deciding episode, in its safe order.
+
+    Three episodes asked for; the rule says the first decides. The report holds that one
+    and why the run stopped; the processes end as after any run (exit 0, nothing failed).
+    """
+    import json
+
+    from rip_control import run_files
+
+    script = (
+        'from rip_control.evaluate import evaluate\n'
+        'seen = []\n'
+        'def stop(done):\n'
+        '    seen.append(len(done))\n'
+        "    return 'decided by the first' if done else ''\n"
+        f"args = {{'episodes': '3', 'episode_seconds': '1', 'runs_dir': {str(tmp_path)!r},"
+        " 'run_name': 'cut'}\n"
+        'evaluate(args, stream_logs=False, stop_when=stop)\n'
+        "print('SEEN', sorted(set(seen)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, '-c', script],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / 'cut' / run_files.EVALUATION).read_text())
+    assert len(report['episodes']) == 1, report['episodes']
+    assert report['stopped_decided'] == 'decided by the first'
+    assert not report['failure'] and not report['interrupted']
+    assert 'decided by the first; stopping the run' in proc.stdout
+    assert 'SEEN [1]' in proc.stdout  # asked once an episode had ended, never before

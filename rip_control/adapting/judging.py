@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,8 +15,48 @@ def judge(a: Adapt, prior: dict[str, Any], candidate: dict[str, Any]) -> Any:
 
     The guard's own rule and margins (the control node's ``eval_margin`` and
     ``eval_balance_margin``), fed each deployment's mean return and mean longest balance
-    instead of one evaluation episode's.
+    instead of one evaluation episode's. A deployment :func:`certain_rejection` ended early
+    is judged on the episodes it ran (their means miss the bar its rule saw missed), and the
+    reason says so.
     """
+    guard = _guard_after(a, prior)
+    is_evaluation, judged = guard.next_episode(_Version(1))
+    assert is_evaluation and judged.version == 1
+    verdict = guard.judge(*_scores(candidate))
+    ran = len(candidate['episodes'])
+    if verdict.kind == 'rejected' and a.plan is not None and ran < a.plan.episodes:
+        if _certain(a, guard, candidate['episodes'], a.plan.episodes):
+            verdict = dataclasses.replace(verdict, episodes=ran, planned=a.plan.episodes)
+    return verdict
+
+
+def certain_rejection(a: Adapt, against: dict[str, Any]) -> Callable[[list[Any]], str]:
+    """The candidate deployment's sequential rule: stop once its rejection is certain.
+
+    ``stop(metrics)`` of the candidate's episodes so far: why the guard's rule rejects it
+    against ``against``'s deployment whatever its remaining episodes score
+    (:func:`rip_control.rt.guard.certain_miss`: each at the most an episode can score), ''
+    while it could still pass. The rig time it saves goes to the fine-tune.
+    """
+    guard = _guard_after(a, against)
+    guard.next_episode(_Version(1))
+    planned = a.plan.episodes if a.plan is not None else 0  # no plan: nothing to curtail
+
+    def stop(done: list[Any]) -> str:
+        episodes = [{'ret': m.ret, 'longest_balance_s': m.longest_balance_s} for m in done]
+        missed = _certain(a, guard, episodes, planned) if len(done) < planned else ''
+        if not missed:
+            return ''
+        return (
+            f'the candidate misses the {missed} bar whatever its other '
+            f'{planned - len(done)} episode(s) score: rejected after {len(done)} of {planned}'
+        )
+
+    return stop
+
+
+def _guard_after(a: Adapt, prior: dict[str, Any]) -> Any:
+    """A regression guard with the node's margins whose baseline is ``prior``'s deployment."""
     from rip_control.rt.guard import RegressionGuard
 
     guard: RegressionGuard[Any] = RegressionGuard(
@@ -22,18 +64,30 @@ def judge(a: Adapt, prior: dict[str, Any], candidate: dict[str, Any]) -> Any:
         margin=float(a.control['eval_margin']),
         balance_margin=float(a.control['eval_balance_margin']),
     )
-
-    def scores(report: dict[str, Any]) -> tuple[float, float]:
-        return mean_of([float(e['ret']) for e in report['episodes']]), mean_of(balances(report))
-
-    before, after = _Version(0), _Version(1)
+    before = _Version(0)
     guard.start(before)
     guard.next_episode(before)  # the baseline: the prior
-    guard.judge(*scores(prior))
+    guard.judge(*_scores(prior))
     guard.finish_training()
-    is_evaluation, judged = guard.next_episode(after)
-    assert is_evaluation and judged is after
-    return guard.judge(*scores(candidate))
+    return guard
+
+
+def _scores(report: dict[str, Any]) -> tuple[float, float]:
+    """A deployment's mean return and mean longest balance."""
+    return mean_of([float(e['ret']) for e in report['episodes']]), mean_of(balances(report))
+
+
+def _certain(a: Adapt, guard: Any, episodes: list[dict[str, Any]], planned: int) -> str:
+    """The bar ``episodes`` of a deployment of ``planned`` miss whatever the rest score."""
+    from rip_control.rig.env import TaskConfig
+    from rip_control.rt.guard import EpisodeBounds, certain_miss
+
+    if any(e.get('ret') is None for e in episodes):
+        return ''  # rewards not known: nothing is certain
+    steps = round(float(a.own['deployment_episode_seconds']) * a.rate)
+    bounds = EpisodeBounds(TaskConfig.most_return(steps), steps / a.rate)
+    figures = [(float(e['ret']), float(e['longest_balance_s'])) for e in episodes]
+    return certain_miss(figures, planned, bounds, guard.bar(), guard.balance_bar())
 
 
 class _Version:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 import contextlib
 import itertools
 import json
@@ -231,13 +231,20 @@ class Adapt:
         return entry
 
     def deploy(
-        self, name: str, policy: Path, excitation: bool, reserve_s: float = 0.0
+        self,
+        name: str,
+        policy: Path,
+        excitation: bool,
+        reserve_s: float = 0.0,
+        stop_when: Callable[[list[Any]], str] | None = None,
     ) -> dict[str, Any]:
         """A deployment phase (after the excitation, if asked): its policy and episodes.
 
         The plan's episodes, under the rig-time limit that leaves ``reserve_s`` of the budget
         for what must come after: the runner ends the deployment early rather than pass it
-        (at the end of an episode, when the next would not fit).
+        (at the end of an episode, when the next would not fit), and when ``stop_when`` of
+        its episodes so far says they decide it (a candidate's certain rejection,
+        :func:`rip_control.adapting.judging.certain_rejection`).
         """
         from rip_control.evaluate import evaluate
 
@@ -254,11 +261,14 @@ class Adapt:
         report = self.phase(
             name,
             args,
-            lambda a: _with_run(evaluate(a, stream_logs=self.stream)),
+            lambda a: _with_run(evaluate(a, stream_logs=self.stream, stop_when=stop_when)),
             lambda report: {
                 'policy': str(policy),
                 'episodes': _episodes(report),
                 'reset_seconds': reset_seconds(report),
+                **(
+                    {'stopped': report['stopped_decided']} if report.get('stopped_decided') else {}
+                ),
             },
         )
         mean = mean_of(balances(report))

@@ -166,6 +166,12 @@ class TaskConfig(FromParams):
         worst = cls.reward_arm_weight + cls.reward_action_weight
         return -(worst + cls.reward_velocity_weight * spin**2), 1.0
 
+    @classmethod
+    def most_return(cls, steps: int) -> float:
+        """The most an episode of ``steps`` steps can return: each at the reward's ceiling."""
+        ceiling = max(cls.step_reward_range(False, 0.0)[1], cls.termination_penalty)
+        return steps * ceiling
+
     @property
     def period_s(self) -> float:
         """Control period."""

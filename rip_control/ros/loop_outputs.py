@@ -61,6 +61,8 @@ EPISODE_FIELDS = (
     'eval_score',
     'eval_balance_s',
     'reset_s',
+    'eval_judged',
+    'eval_planned',
 )
 
 
@@ -250,6 +252,8 @@ class LoopOutputs:
             ep.eval_score,
             ep.eval_balance_s,
             ep.reset_s,
+            float(ep.eval_judged),
+            float(ep.eval_planned),
         ]
         self._episode_pub.publish(msg)
         kind = {'training': 'episode'}.get(ep.kind, f'{ep.kind} episode')

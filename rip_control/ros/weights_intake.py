@@ -77,7 +77,13 @@ class WeightsIntake:
         bar = '' if math.isnan(ep.eval_bar) else f' (bar {ep.eval_bar:.2f})'
         if ep.eval_missed:
             bar += ': ' + rejection_reason(
-                ep.eval_missed, score, ep.eval_bar, balance, ep.eval_balance_bar_s
+                ep.eval_missed,
+                score,
+                ep.eval_bar,
+                balance,
+                ep.eval_balance_bar_s,
+                ep.eval_judged,
+                ep.eval_planned,
             )
         self.last_verdict = (
             f'v{ep.policy_version} {ep.verdict}: evaluation return {score:.2f}{bar}'

@@ -15,6 +15,7 @@ time and I/O: the control loop asks it at each episode start and tells it each r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 import math
 from typing import Generic, Protocol, TypeVar
@@ -55,6 +56,9 @@ class Verdict:
         requirement).
     :param missed: for a rejection, the bar it missed: ``return`` (checked first) or
         ``balance``; '' otherwise.
+    :param episodes: the evaluation episodes its figures are the means of: fewer than the
+        guard's ``episodes`` when the rejection was certain before the last.
+    :param planned: the guard's ``episodes``.
     """
 
     kind: str
@@ -65,23 +69,83 @@ class Verdict:
     balance_s: float = math.nan
     balance_bar_s: float = math.nan
     missed: str = ''
+    episodes: int = 1
+    planned: int = 1
 
     @property
     def reason(self) -> str:
         """Why a candidate was rejected ('' otherwise), for a log line."""
         return rejection_reason(
-            self.missed, self.score, self.bar, self.balance_s, self.balance_bar_s
+            self.missed,
+            self.score,
+            self.bar,
+            self.balance_s,
+            self.balance_bar_s,
+            self.episodes,
+            self.planned,
         )
 
 
 def rejection_reason(
-    missed: str, score: float, bar: float, balance_s: float, balance_bar_s: float
+    missed: str,
+    score: float,
+    bar: float,
+    balance_s: float,
+    balance_bar_s: float,
+    judged: int = 0,
+    planned: int = 0,
 ) -> str:
-    """The bar a rejected candidate missed, with both figures ('' if it missed none)."""
+    """The bar a rejected candidate missed, with both figures ('' if it missed none).
+
+    ``judged`` of ``planned`` episodes: an evaluation ended early, its rejection certain.
+    """
     if missed == 'return':
-        return f'return {score:.2f} below the bar {bar:.2f}'
-    if missed == 'balance':
-        return f'balance {balance_s:.3f} s below the bar {balance_bar_s:.3f} s'
+        why = f'return {score:.2f} below the bar {bar:.2f}'
+    elif missed == 'balance':
+        why = f'balance {balance_s:.3f} s below the bar {balance_bar_s:.3f} s'
+    else:
+        return ''
+    if 0 < judged < planned:
+        why += f' (certain after {judged} of {planned} episodes)'
+    return why
+
+
+@dataclass(frozen=True)
+class EpisodeBounds:
+    """The most one evaluation episode can score.
+
+    :param max_return: its return if every step earned the reward's ceiling.
+    :param max_balance_s: its longest balance if it balanced from start to end.
+    """
+
+    max_return: float
+    max_balance_s: float
+
+
+def certain_miss(
+    figures: Sequence[tuple[float, float]],
+    planned: int,
+    bounds: EpisodeBounds,
+    bar: float,
+    balance_bar: float,
+) -> str:
+    """The bar ``planned`` episodes' means miss, whatever the episodes not yet run score.
+
+    ``return`` or ``balance`` when even the most each remaining episode can score
+    (``bounds``) would leave the mean of the ``(return, balance)`` ``figures`` and them
+    below that bar (the module docstring's curtailment); '' while the mean could still reach
+    both, before any episode, and with no bar (NaN: a baseline's).
+    """
+    if not figures or math.isnan(bar):
+        return ''
+    left = max(0, planned - len(figures))
+    most_return = math.fsum([*(f[0] for f in figures), left * bounds.max_return])
+    most_balance = math.fsum([*(f[1] for f in figures), left * bounds.max_balance_s])
+    n = len(figures) + left
+    if not most_return / n >= bar:
+        return 'return'
+    if most_balance / n < balance_bar:
+        return 'balance'
     return ''
 
 
@@ -102,6 +166,9 @@ class RegressionGuard(Generic[A]):
         policy that hovers near upright without holding it: on the worn rig one returned 96 %
         of the best while it balanced 1.58 s against 4.3 s (1: no balance requirement).
     :param episodes: evaluation episodes per evaluation, judged on their means.
+    :param bounds: the most an evaluation episode can score; with them an evaluation whose
+        rejection is certain ends at once (the module docstring's curtailment). None: every
+        evaluation runs all its episodes.
     """
 
     def __init__(
@@ -111,6 +178,7 @@ class RegressionGuard(Generic[A]):
         best_margin: float = 0.0,
         balance_margin: float = 1.0,
         episodes: int = 1,
+        bounds: EpisodeBounds | None = None,
     ) -> None:
         if every < 0:
             raise ValueError(f'eval_every_episodes must be >= 0, got {every}')
@@ -127,6 +195,7 @@ class RegressionGuard(Generic[A]):
         self.best_margin = best_margin
         self.balance_margin = balance_margin
         self.episodes = episodes
+        self.bounds = bounds
         self.live: A | None = None
         self.best_version = -1
         self.best_score = math.nan
@@ -191,6 +260,18 @@ class RegressionGuard(Generic[A]):
             return True, latest
         return False, self.live
 
+    def certain_miss(self) -> str:
+        """The bar the evaluation under way misses whatever its remaining episodes score.
+
+        :func:`certain_miss` of its figures so far; '' without bounds and for the baseline
+        (which has no bar).
+        """
+        if self.bounds is None or math.isnan(self.best_score):
+            return ''
+        return certain_miss(
+            self._figures, self.episodes, self.bounds, self.bar(), self.balance_bar()
+        )
+
     def finish_training(self) -> None:
         """A training episode ended."""
         self._since_eval += 1
@@ -210,22 +291,26 @@ class RegressionGuard(Generic[A]):
         if not math.isfinite(balance_s):
             balance_s = 0.0
         self._figures.append((score, balance_s))
-        if len(self._figures) < self.episodes:
+        certain = self.certain_miss() if len(self._figures) < self.episodes else ''
+        if len(self._figures) < self.episodes and not certain:
             return Verdict('pending', cand.version, score, math.nan, False, balance_s)
-        score = math.fsum(f[0] for f in self._figures) / len(self._figures)
-        balance_s = math.fsum(f[1] for f in self._figures) / len(self._figures)
+        judged = len(self._figures)
+        score = math.fsum(f[0] for f in self._figures) / judged
+        balance_s = math.fsum(f[1] for f in self._figures) / judged
         if math.isnan(score):  # -inf and +inf: not finite either way
             score = -math.inf
         self._figures = []
         self._candidate = None
         self._since_eval = 0
         self._judged = max(self._judged, cand.version)
-        missed = ''
+        missed = certain
         if math.isnan(self.best_score):
             kind, bar, balance_bar = 'baseline', math.nan, math.nan
         else:
             bar, balance_bar = self.bar(), self.balance_bar()
-            if not (math.isfinite(score) and score >= bar):
+            if missed:
+                pass  # certain before the last episode
+            elif not (math.isfinite(score) and score >= bar):
                 missed = 'return'
             elif balance_s < balance_bar:
                 missed = 'balance'
@@ -246,6 +331,15 @@ class RegressionGuard(Generic[A]):
         if new_best:
             self.best_score, self.best_version = score, cand.version
         self.last = Verdict(
-            kind, cand.version, score, bar, new_best, balance_s, balance_bar, missed
+            kind,
+            cand.version,
+            score,
+            bar,
+            new_best,
+            balance_s,
+            balance_bar,
+            missed,
+            judged,
+            self.episodes,
         )
         return self.last

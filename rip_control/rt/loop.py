@@ -33,10 +33,10 @@ from rip_control.rig.client import (
     RigError,
     RigProtocolError,
 )
-from rip_control.rig.env import RealRotaryInvertedPendulumEnv
+from rip_control.rig.env import RealRotaryInvertedPendulumEnv, TaskConfig
 from rip_control.rig.excitation import Excitation, ExcitationDesign
 from rip_control.rig.protocol import ErrorCode
-from rip_control.rt.guard import RegressionGuard
+from rip_control.rt.guard import EpisodeBounds, RegressionGuard
 from rip_control.rt.outbox import Outbox
 from rip_control.rt.pacer import Pacer, TickTiming
 from rip_control.rt.watchdog import OverrunWatchdog, TimingViolation
@@ -174,15 +174,28 @@ class LoopConfig(FromParams):
         if not 0.0 <= self.train_noise_scale <= 1.0:
             raise ValueError(f'train_noise_scale must be in [0, 1], got {self.train_noise_scale}')
 
-    def guard(self) -> RegressionGuard[NumpyActor]:
-        """A regression guard with these settings."""
+    def guard(self, task: TaskConfig | None = None) -> RegressionGuard[NumpyActor]:
+        """A regression guard with these settings.
+
+        Given the task, it knows the most an evaluation episode can score, and an evaluation
+        whose rejection is certain ends before its last episode.
+        """
+        bounds = None
+        if task is not None:
+            steps = self.eval_steps(task) or task.episode_steps
+            bounds = EpisodeBounds(task.most_return(steps), steps * task.period_s)
         return RegressionGuard(
             self.eval_every_episodes,
             self.eval_margin,
             self.eval_best_margin,
             self.eval_balance_margin,
             self.eval_episodes,
+            bounds,
         )
+
+    def eval_steps(self, task: TaskConfig) -> int:
+        """Steps of an evaluation episode (0: as many as a training episode's)."""
+        return round(self.eval_episode_s * task.rate_hz)
 
 
 @dataclass(frozen=True)
@@ -211,7 +224,9 @@ class EpisodeSummary:
     an evaluation's last episode). ``eval_score`` and ``eval_balance_s`` are what the verdict
     judged (the means over the evaluation's episodes; NaN before its last),
     ``eval_bar`` and ``eval_balance_bar_s`` what an evaluated candidate had to reach, and
-    ``eval_missed`` which of them a rejected one missed (``return`` or ``balance``);
+    ``eval_missed`` which of them a rejected one missed (``return`` or ``balance``),
+    ``eval_judged`` of ``eval_planned`` the episodes it judged (fewer when the rejection was
+    certain before the last; 0 before the last);
     ``live_version``, ``best_version``, ``best_score`` and ``balance_reference_s`` are the
     guard's state after it (with the guard off the live policy is the one the loop started
     with, and the rest -1 and NaN).
@@ -242,6 +257,8 @@ class EpisodeSummary:
     best_score: float = math.nan
     balance_reference_s: float = math.nan
     reset_s: float = math.nan  # the reset before the episode, rig seconds (ticks x period)
+    eval_judged: int = 0
+    eval_planned: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in EPISODE_KINDS:
@@ -307,7 +324,7 @@ class ControlLoop:
         excitation_episodes_done: int = 0,
     ) -> None:
         self.env = env
-        self.guard: RegressionGuard[NumpyActor] = guard or config.guard()
+        self.guard: RegressionGuard[NumpyActor] = guard or config.guard(env.config)
         self.first_episode = first_episode
         self.train_episodes_done = train_episodes_done
         self.excitation_episodes_done = excitation_episodes_done
@@ -469,7 +486,7 @@ class ControlLoop:
             episode.record_tick(timing, strike, info, env.config.balance_threshold_rad)
             if episode.kind == 'excitation' and not terminated:
                 truncated = self._excitation.steps <= env.episode_steps_done  # its own length
-            eval_steps = round(self.config.eval_episode_s * env.config.rate_hz)
+            eval_steps = self.config.eval_steps(env.config)
             if episode.evaluation and not terminated and eval_steps > 0:
                 # Its own length, shorter or longer than a training episode's.
                 truncated = eval_steps <= env.episode_steps_done
@@ -600,6 +617,8 @@ class ControlLoop:
             best_score=guard.best_score,
             balance_reference_s=guard.balance_reference_s,
             reset_s=episode.reset_s,
+            eval_judged=verdict.episodes if verdict and verdict.kind != 'pending' else 0,
+            eval_planned=verdict.planned if verdict and verdict.kind != 'pending' else 0,
         )
         st.episodes += 1
         self.episodes_out.push_from_rt(summary)

@@ -159,7 +159,7 @@ class RtControl:
         self.task = config.task
         self.loop_config = config.loop
         # The regression guard's live actor and best evaluation outlive an activation.
-        self.guard: RegressionGuard[NumpyActor] = self.loop_config.guard()
+        self.guard: RegressionGuard[NumpyActor] = self.loop_config.guard(self.task)
         self.config = config
         self.node_timeout_s = config.node_timeout_s
         self.status = RtStatus()

@@ -82,6 +82,8 @@ def episode_rejection(ep: dict[str, float]) -> str:
         ep.get('eval_bar', math.nan),
         balance,
         ep.get('eval_balance_bar_s', math.nan),
+        int(ep.get('eval_judged', 0)),
+        int(ep.get('eval_planned', 0)),
     )
 
 
@@ -296,6 +298,7 @@ class Supervisor:
         ]
         self.stopped_by_operator = ''  # the node the operator deactivated, if one was
         self.stopped_for_rig_time = ''  # why the rig-time limit ended the run, if it did
+        self.stopped_decided = ''  # why the caller's verdict ended the run early, if it did
         self.budgets: dict[str, RigBudget] = {}  # the rig-time limit of each rig, if any
 
     def wait_until(self, ready: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -353,6 +356,7 @@ class Supervisor:
         episodes: int,
         complete: Callable[[int], bool] | None = None,
         rig_seconds: float = 0.0,
+        decided: Callable[[int], str] | None = None,
     ) -> None:
         """Watch until every rig has run ``episodes`` (0: until stopped) or the operator stops.
 
@@ -360,6 +364,9 @@ class Supervisor:
             received all of them; after the last episode summary it is waited for (5 s).
         :param rig_seconds: the rig-time limit (0: none): at the end of an episode, a rig
             whose next one would take it past the limit ends the run.
+        :param decided: ``decided(ended)`` says why the episodes that ended already decide
+            what the run measures ('' while they do not): the run ends before the next
+            (one rig; the caller's sequential rule, e.g. a certain rejection).
         :raises RunFailed: a node left active for a reason that ends the run.
         """
         import rclpy
@@ -381,6 +388,12 @@ class Supervisor:
                 if why:
                     self.stopped_for_rig_time = why
                     self.say(f'{mon.fqn}: {why}; stopping the run')
+                    return
+            ended = len(self.monitors[0].episodes)
+            if decided is not None and 0 < ended < episodes:
+                self.stopped_decided = decided(ended)
+                if self.stopped_decided:
+                    self.say(f'{self.stopped_decided}; stopping the run')
                     return
             if episodes and all(len(m.episodes) >= episodes for m in self.monitors):
                 if complete is None or complete(episodes):

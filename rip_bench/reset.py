@@ -6,8 +6,9 @@ The rig env's own reset (:func:`rip_control.rig.env.reset_voltage`, its integral
 quiet rule, ``QUIET_*``) run tick by tick at the control rate against the emulator's firmware
 on an explicit clock (:mod:`rip_bench.offline_rig`), from starts an episode leaves behind: the
 arm off centre and moving, the pendulum swinging wide or near upright. Each start is placed
-directly (offline only). The reset's brake on the pendulum's angle is compared with none
-(``reset_pendulum_brake_v_per_rad`` 0: the brake on its velocity alone, the reset before it).
+directly (offline only). The reset is compared with itself without the brake's floor
+(``reset_brake_floor_v_per_s`` 0) and without the brake on the pendulum's angle as well (the
+brake on its velocity alone, the reset before both).
 The record: per rig, controller and start, the seconds to quiet (``reset_timeout_s`` if never)
 and the largest arm angle on the way.
 """
@@ -39,8 +40,17 @@ STARTS = (
     (0.0, 0.0, 1.0, 0.0),  # a swing released at 1 rad
     (0.3, 0.0, 0.3, 0.0),  # small, off centre
     (0.0, -3.0, math.pi - 0.05, 4.0),  # fallen from upright, the arm moving
+    (-0.05, -4.5, 1.06, 6.5),  # after a second of +-0.8 full voltage (the stuck rig, test_env)
 )
-CONTROLLERS = ('angle and velocity brake', 'velocity brake alone')
+#: The reset's controllers compared: its own, and with its parts taken away (their settings).
+CONTROLLERS: dict[str, dict[str, float]] = {
+    'brake on angle and velocity, floor': {},
+    'brake on angle and velocity, no floor': {'reset_brake_floor_v_per_s': 0.0},
+    'brake on velocity alone': {
+        'reset_brake_floor_v_per_s': 0.0,
+        'reset_pendulum_brake_v_per_rad': 0.0,
+    },
+}
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -49,7 +59,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument('--seed', type=int, default=0, help='encoder noise: seed + start index')
 
 
-def settle(rig_file: str, start: tuple[float, ...], seed: int, brake: bool) -> dict[str, Any]:
+def settle(
+    rig_file: str, start: tuple[float, ...], seed: int, settings: dict[str, float]
+) -> dict[str, Any]:
     """One reset from ``start``: seconds to quiet (None: timed out) and the arm's reach."""
     from rip_bench.offline_rig import OfflineRig
     from rip_bench.paths import REPO
@@ -60,30 +72,25 @@ def settle(rig_file: str, start: tuple[float, ...], seed: int, brake: bool) -> d
     params, gap = load_rig(REPO / rig_file)
     rig = OfflineRig(params, gap, seed=seed)
     c = env.TaskConfig.from_params(defaults(CONTROL_PARAMETERS))
-    if not brake:
-        c = replace(c, reset_pendulum_brake_v_per_rad=0.0)
+    c = replace(c, **settings)
     dt = c.period_s
     rig.engage()
     rig.firmware.advance_to(0.0)
     rig.firmware.dynamics.set_state(*start)
-    prev, t, still, integral, reach = rig.read(), 0.0, None, 0.0, 0.0
-    quiet_vel = (0.0, 0.0)
+    prev, t, still, reach = rig.read(), 0.0, None, 0.0
+    controller = env.ResetController(c)
     while t < c.reset_timeout_s:
         t += dt
         cur = rig.at(t).read()
         d = max(cur.time_s - prev.time_s, 1e-6)
         theta_dot, alpha_dot = (cur.theta - prev.theta) / d, (cur.alpha - prev.alpha) / d
         alpha_down, prev = env.wrap_angle(cur.alpha), cur
-        quiet_vel = env.quiet_velocities(quiet_vel, theta_dot, alpha_dot)
         reach = max(reach, abs(cur.theta))
-        quiet = env.is_quiet(cur.theta, alpha_down, quiet_vel)
+        volts, quiet = controller.step(cur.theta, alpha_down, theta_dot, alpha_dot)
         still = (still if still is not None else t) if quiet else None
         if still is not None and t - still >= env.QUIET_S:
             return {'seconds': round(t, 3), 'settled': True, 'arm_reach_rad': round(reach, 3)}
-        integral = env.reset_integral(c, integral, cur.theta, quiet_vel[0], dt)
-        rig.set_voltage(
-            env.reset_voltage(c, cur.theta, theta_dot, alpha_down, alpha_dot, integral)
-        )
+        rig.set_voltage(volts)
     return {'seconds': round(t, 3), 'settled': False, 'arm_reach_rad': round(reach, 3)}
 
 
@@ -92,11 +99,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {'starts': [list(s) for s in STARTS], 'seed': a.seed, 'rigs': {}}
     for rig in a.rigs:
         out['rigs'][rig] = {}
-        for name in CONTROLLERS:
-            runs = [
-                settle(rig, start, a.seed + i, brake=name == CONTROLLERS[0])
-                for i, start in enumerate(STARTS)
-            ]
+        for name, settings in CONTROLLERS.items():
+            runs = [settle(rig, start, a.seed + i, settings) for i, start in enumerate(STARTS)]
             out['rigs'][rig][name] = runs
             print(
                 f'{rig}: {name}: '

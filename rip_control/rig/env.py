@@ -103,6 +103,9 @@ class TaskConfig(FromParams):
     :param reset_ki_v_per_rad_s: integral gain of the arm centring while the arm is still
         (it breaks a sticky arm away where the proportional term alone stays inside the dead
         zone and the stiction).
+    :param reset_brake_floor_v_per_s: how fast the brake's floor grows while the pendulum
+        swings and the arm stays still (a brake swallowed by the motor's dead zone or the
+        arm's stiction): it learns, within a reset, the least voltage that moves the arm.
     """
 
     TABLE: ClassVar[tuple[Param, ...]] = CONTROL_PARAMETERS
@@ -124,6 +127,7 @@ class TaskConfig(FromParams):
     reset_pendulum_brake_v_per_rad: float = 3.0
     reset_brake_arm_rad: float = 1.0
     reset_ki_v_per_rad_s: float = 5.0
+    reset_brake_floor_v_per_s: float = 1.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -417,8 +421,7 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
         self._reset_prev = self.read()
         self._reset_start = time.monotonic()
         self._still_since: float | None = None
-        self._quiet_vel = (0.0, 0.0)
-        self._reset_integral_v = 0.0
+        self._reset = ResetController(self.config)
 
     def reset_step(self) -> tuple[bool, bool]:
         """One tick of the reset controller; return ``(done, settled)``.
@@ -434,9 +437,8 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
         alpha_down = wrap_angle(cur.alpha)
         self._reset_prev = cur
         now = time.monotonic()
-        self._quiet_vel = quiet_velocities(self._quiet_vel, theta_dot, alpha_dot)
-        td_f = self._quiet_vel[0]
-        if is_quiet(cur.theta, alpha_down, self._quiet_vel):
+        volts, quiet = self._reset.step(cur.theta, alpha_down, theta_dot, alpha_dot)
+        if quiet:
             if self._still_since is None:
                 self._still_since = now
             if now - self._still_since >= QUIET_S:
@@ -447,12 +449,7 @@ class RealRotaryInvertedPendulumEnv(gym.Env):
         if now - self._reset_start > c.reset_timeout_s:
             self.client.set_voltage(0.0)
             return True, False
-        self._reset_integral_v = reset_integral(
-            c, self._reset_integral_v, cur.theta, td_f, c.period_s
-        )
-        self.client.set_voltage(
-            reset_voltage(c, cur.theta, theta_dot, alpha_down, alpha_dot, self._reset_integral_v)
-        )
+        self.client.set_voltage(volts)
         return False, False
 
     def begin_episode(self) -> np.ndarray:
@@ -508,6 +505,53 @@ def is_quiet(theta: float, alpha_down: float, filtered: tuple[float, float]) -> 
     )
 
 
+class ResetController:
+    """The reset's state from tick to tick, and its command.
+
+    :func:`quiet_velocities` (the quiet rule's), :func:`reset_integral`'s and
+    :func:`reset_brake_floor`'s states, one reset long; each tick :meth:`step` gives the
+    voltage and whether the rig is quiet (:func:`is_quiet`).
+    """
+
+    def __init__(self, config: TaskConfig) -> None:
+        self.config = config
+        self.quiet_vel = (0.0, 0.0)
+        self.integral_v = 0.0
+        self.floor_v = 0.0
+
+    def step(
+        self, theta: float, alpha_down: float, theta_dot: float, alpha_dot: float
+    ) -> tuple[float, bool]:
+        """One tick: ``(voltage, quiet)`` from the reading's angles and velocities."""
+        c = self.config
+        self.quiet_vel = quiet_velocities(self.quiet_vel, theta_dot, alpha_dot)
+        quiet = is_quiet(theta, alpha_down, self.quiet_vel)
+        arm_speed = self.quiet_vel[0]
+        self.integral_v = reset_integral(c, self.integral_v, theta, arm_speed, c.period_s)
+        self.floor_v = reset_brake_floor(c, self.floor_v, alpha_down, arm_speed, c.period_s)
+        volts = reset_voltage(
+            c, theta, theta_dot, alpha_down, alpha_dot, self.integral_v, self.floor_v
+        )
+        return volts, quiet
+
+
+def reset_brake_floor(
+    config: TaskConfig, floor_v: float, alpha_down: float, arm_speed: float, dt_s: float
+) -> float:
+    """The brake's floor after one tick: the least voltage the brake is given.
+
+    It grows while the pendulum swings beyond the quiet rule's angle and the arm stays still
+    (the brake swallowed by the motor's dead zone or the arm's stiction) and holds once the
+    arm moves: on a rig with a 1.2 V dead zone, a swing of 0.3 rad asks a 0.9 V brake that
+    moves nothing, and the pendulum's own damping took 7-8 s to calm it (offline, after a
+    second of +-0.8 full voltage; 3-3.5 s with the floor). A rig whose arm answers at once
+    keeps it near 0. Bounded by the reset's voltage limit.
+    """
+    if abs(alpha_down) > QUIET_PENDULUM_RAD and abs(arm_speed) < QUIET_ARM_RAD_S:
+        floor_v += config.reset_brake_floor_v_per_s * dt_s
+    return min(floor_v, 0.5 * config.max_action_v)
+
+
 def reset_voltage(
     config: TaskConfig,
     theta: float,
@@ -515,6 +559,7 @@ def reset_voltage(
     alpha_down: float,
     alpha_dot: float,
     integral_v: float = 0.0,
+    floor_v: float = 0.0,
 ) -> float:
     """The reset controller: centre the arm (PID) and brake the hanging pendulum.
 
@@ -527,11 +572,14 @@ def reset_voltage(
     angle term reaches beyond it (``python -m rip_bench reset``, offline:
     ``bench/results/reset_offline.json``). Beyond ``reset_brake_arm_rad`` the brake never
     pushes the arm further out. ``integral_v`` is
-    :func:`reset_integral`'s state.
+    :func:`reset_integral`'s state; ``floor_v`` :func:`reset_brake_floor`'s, added to the
+    brake in its own direction while the pendulum swings beyond half the quiet rule's angle.
     """
     v = -config.reset_kp_v_per_rad * theta - config.reset_kd_v_s_per_rad * theta_dot
     brake = config.reset_pendulum_brake_v_per_rad * math.sin(alpha_down)
     brake -= config.reset_pendulum_damping_v_s_per_rad * math.cos(alpha_down) * alpha_dot
+    if floor_v > 0.0 and brake != 0.0 and abs(alpha_down) > 0.5 * QUIET_PENDULUM_RAD:
+        brake += math.copysign(floor_v, brake)
     if not (abs(theta) > config.reset_brake_arm_rad and brake * theta > 0.0):
         v += brake
     limit = 0.5 * config.max_action_v

@@ -127,6 +127,23 @@ def excitation_cut(arrays: dict[str, np.ndarray], seconds: float, rate_hz: float
     return out
 
 
+def validation_rms(arrays: dict[str, np.ndarray], params: Any, opts: dict[str, Any]) -> list:
+    """Multi-step prediction RMS ``[arm, pendulum]`` (rad) of ``params`` on other data.
+
+    ``arrays``: a recording the fit never saw (its excitation episode left out: deployment
+    episodes of the shipped policy), cut into the identification's own windows.
+    """
+    from rip_learner.ident_model import residuals, rms
+    from rip_learner.identify import _windows, records_from_arrays
+
+    keep = arrays['episodes'] > 0
+    records = records_from_arrays(
+        {k: v[keep] for k, v in arrays.items()}, 1.0 / opts['rate_hz'], opts['max_action_v']
+    )
+    win, _ = _windows(records, opts, lambda _: None)
+    return [float(x) for x in rms(residuals([params], win)[0])]
+
+
 def identify_one(
     rig_file: str,
     seed: int,
@@ -158,6 +175,10 @@ def identify_one(
             row['within_goal'] = bool(within(e.name, e.value, true))
         params[e.name] = row
     ok = all(p.get('within_goal', True) for p in params.values())
+    held = None
+    if excitation_s is not None:  # how much data is enough: judged on data it never saw
+        other = simulated_recording(truth, seed=seed + 100, episodes=2)
+        held = validation_rms(other, result.params, opts)
     print(
         f'{Path(rig_file).stem} seed {seed}, {result.seconds_of_data:.0f} s of data: '
         f'{"within" if ok else "OUTSIDE"} the goal; '
@@ -177,7 +198,7 @@ def identify_one(
         'seconds_of_data': result.seconds_of_data,
         'wall_s': result.wall_s,
         'within_goal': bool(ok),
-        'held_out_rms_rad': (result.selection or {}).get('held_out_rms_rad'),
+        'validation_rms_rad': held,
         'undetermined': result.undetermined,
         'residual_rms_rad': [result.rms_theta_rad, result.rms_alpha_rad],
         'params': params,
@@ -210,6 +231,10 @@ def identify_gap(
     result, _ = identify(records, PendulumParams(), {**opts, 'seed': seed}, log=lambda _: None)
     sel = result.selection or {}
     kept = [v['term'] for v in sel.get('terms', {}).values() if v['kept']]
+    held = None
+    if excitation_s is not None:  # how much data is enough: judged on data it never saw
+        other = record_session(rig_file, DEFAULT_POLICY, episodes=2, seed=seed + 100)
+        held = validation_rms(other, result.params, opts)
     print(
         f'{Path(rig_file).stem} seed {seed}, {result.seconds_of_data:.0f} s of data: terms '
         f'{", ".join(kept) or "none"}; held-out RMS (mrad) base '
@@ -225,6 +250,7 @@ def identify_gap(
         'seed': seed,
         'episodes': episodes,
         'excitation_seconds': excitation_s,
+        'validation_rms_rad': held,
         'seconds_of_data': result.seconds_of_data,
         'wall_s': result.wall_s,
         'selection': sel,
@@ -288,8 +314,9 @@ def identification_table(docs: list[dict[str, Any]]) -> str:
     groups: dict[tuple[str, int, Any], list[dict[str, Any]]] = {}
     for d in docs:
         for r in d['runs']:
-            key = (r['rig'], r['episodes'], r.get('excitation_seconds'))
-            groups.setdefault(key, []).append(r)
+            if 'params' in r:  # a gap rig's run has no true values to score
+                key = (r['rig'], r['episodes'], r.get('excitation_seconds'))
+                groups.setdefault(key, []).append(r)
     for (rig, _, _), runs in groups.items():
         cells = []
         for n in names:
@@ -314,4 +341,31 @@ def identification_table(docs: list[dict[str, Any]]) -> str:
     return '\n'.join(rows)
 
 
-TABLES = {NAME: identification_table}
+def length_table(docs: list[dict[str, Any]]) -> str:
+    """Markdown: per rig and length of the excitation, the error on data the fit never saw."""
+    rows = [
+        '| rig | kind | excitation | validation RMS arm / pendulum, mrad | goal met (seeds) '
+        '| fit, s |',
+        '|---|---|---|---|---|---|',
+    ]
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for d in docs:
+        for r in d['runs']:
+            if r.get('validation_rms_rad') is not None:
+                groups.setdefault((r['rig'], r['excitation_seconds']), []).append(r)
+    for (rig, seconds), runs in sorted(groups.items()):
+        arm, pend = (np.mean([r['validation_rms_rad'][i] for r in runs]) for i in (0, 1))
+        goal = (
+            f'{sum(r["within_goal"] for r in runs)} of {len(runs)}'
+            if 'within_goal' in runs[0]
+            else '(no truth)'
+        )
+        rows.append(
+            f'| {Path(rig).stem} | {runs[0].get("kind", "in the model")} | {seconds:g} s | '
+            f'{1e3 * arm:.1f} / {1e3 * pend:.1f} | {goal} | '
+            f'{np.mean([r["wall_s"] for r in runs]):.0f} |'
+        )
+    return '\n'.join(rows)
+
+
+TABLES = {NAME: identification_table, 'identification-length': length_table}

@@ -97,6 +97,14 @@ OPTIONS = (
     ),
     Param('retrain_steps', 150_000, 'most simulated steps of the re-training', 1, 10_000_000),
     Param(
+        'identify_minutes',
+        0.0,
+        'wall-clock limit of each identification (the rig idle meanwhile), minutes (0: '
+        "rip_learner.identify's own time_limit_s)",
+        0.0,
+        1000.0,
+    ),
+    Param(
         'target_balance_s',
         8.0,
         "a deployment's mean balance that counts as a rescue: the summary's target_rig_seconds "

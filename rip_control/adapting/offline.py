@@ -61,6 +61,8 @@ def identify_baseline(a: Adapt) -> tuple[Path, dict[str, Any]]:
             'seed': a.seed,
             'max_action_v': float(a.control['max_action_v']),
         }
+        if a.own['identify_minutes'] > 0:
+            opts['time_limit_s'] = 60.0 * a.own['identify_minutes']
     if IDENTIFICATION in a.earlier:
         a.results.update(identified=a.earlier['identified'])
         a.note(IDENTIFICATION, a.earlier[IDENTIFICATION])

@@ -18,6 +18,9 @@ REPO = Path(__file__).resolve().parent.parent
 # Every test, and every process a test starts, stays on loopback in a domain of its own.
 os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
 os.environ.setdefault('ROS_DOMAIN_ID', str(automatic_domain()))
+if 'PYTEST_XDIST_WORKER' in os.environ:  # pytest -n: each worker a domain of its own
+    _worker = int(os.environ['PYTEST_XDIST_WORKER'].removeprefix('gw'))
+    os.environ['ROS_DOMAIN_ID'] = str(150 + (int(os.environ['ROS_DOMAIN_ID']) + _worker) % 80)
 # A native crash in any process a test starts (rclpy, DDS) prints its Python stack.
 os.environ['PYTHONFAULTHANDLER'] = '1'
 

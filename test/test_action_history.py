@@ -36,6 +36,8 @@ from rip_control.rig.env import (
 )
 from rip_learner import pretrain
 
+pytestmark = pytest.mark.alone
+
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / 'policies' / 'sim_50hz'
 

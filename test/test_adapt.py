@@ -472,6 +472,28 @@ def _stuck_run(tmp_path: Path) -> Path:
     return run
 
 
+@pytest.mark.parametrize('minutes', [0.0, 0.25])
+def test_identify_minutes_bounds_the_identifications_wall_time(tmp_path, monkeypatch, minutes):
+    """``identify_minutes`` reaches the identification as its ``time_limit_s``; 0 leaves it be."""
+    from rip_control.adapt import OPTIONS
+    from rip_control.adapting import offline
+
+    own = {**{p.name: p.default for p in OPTIONS}, 'identify_minutes': minutes}
+    loop = Adapt(own, {'runs_dir': str(tmp_path)}, stream=False)
+    given: list[dict] = []
+
+    def identify(opts: dict, log) -> dict:
+        given.append(opts)
+        return {}
+
+    monkeypatch.setattr(offline, 'identify', identify)
+    offline.identify_baseline(loop)
+    if minutes:
+        assert given[0]['time_limit_s'] == 15.0
+    else:
+        assert 'time_limit_s' not in given[0]  # the program's own default
+
+
 @pytest.mark.parametrize('wrong', [True, False], ids=['dead_zone_wrong', 'right'])
 def test_the_second_identification_moves_what_the_first_got_wrong(tmp_path, wrong) -> None:
     """Identified again from both deployments, starting at the first identification.

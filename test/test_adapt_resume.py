@@ -22,6 +22,8 @@ from rip_control.adapt import main, split_arguments
 from rip_control.adapting.record import AGAIN, PHASES, SUMMARY, Adapt
 from rip_control.procs import child_env
 
+pytestmark = pytest.mark.alone
+
 REPO = Path(__file__).resolve().parent.parent
 ADAPT = (
     'python -m rip_control.adapt rig_params:=config/rig_shifted_stuck.yaml rig_minutes:=10 '

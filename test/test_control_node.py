@@ -26,7 +26,7 @@ from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.ros.qos import TICK_QOS, WEIGHTS_QOS
 from rip_control.transitions import TransitionRejected, unpack
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = [pytest.mark.alone, pytest.mark.ros, pytest.mark.slow]
 PERIOD_S = 0.02
 SERIAL_TIMEOUT_S = 0.01
 DEADMAN_S = 0.1

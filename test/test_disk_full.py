@@ -32,6 +32,8 @@ _ROWS = """
 import sys
 from rip_control.telemetry import EpisodeTiming, TimingCsv
 
+pytestmark = pytest.mark.alone
+
 out = TimingCsv(sys.argv[1])
 for i in range(1000):
     row = EpisodeTiming(

@@ -22,6 +22,8 @@ from rip_control.rig.env import (
     wrap_angle,
 )
 
+pytestmark = pytest.mark.alone
+
 
 def test_wrap_angle_maps_into_minus_pi_to_pi():
     assert wrap_angle(3 * math.pi / 2) == pytest.approx(-math.pi / 2)

@@ -23,7 +23,7 @@ from rip_control.policy import load_actor_file
 from rip_control.procs import child_env
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = [pytest.mark.alone, pytest.mark.ros, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent
 
 

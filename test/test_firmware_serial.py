@@ -29,7 +29,10 @@ from rip_control.rig.protocol import (
     pack_voltage_mv,
 )
 
-pytestmark = pytest.mark.parametrize('firmware', ('python', 'c'), indirect=True)
+pytestmark = [
+    pytest.mark.alone,
+    pytest.mark.parametrize('firmware', ('python', 'c'), indirect=True),
+]
 
 REPLY_TIMEOUT_S = 0.5
 

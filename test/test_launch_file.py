@@ -27,7 +27,7 @@ from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-pytestmark = [pytest.mark.slow, pytest.mark.ros]
+pytestmark = [pytest.mark.alone, pytest.mark.slow, pytest.mark.ros]
 
 
 @pytest.fixture(scope='module')

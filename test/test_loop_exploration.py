@@ -22,6 +22,8 @@ from rip_control.rt.loop import ControlLoop, LoopConfig
 from rip_control.rt.outbox import Outbox
 from rip_control.transitions import Transition
 
+pytestmark = pytest.mark.alone
+
 STD = 0.3
 # Pacing is not the subject, nor is the regression guard (it would interleave evaluations).
 LENIENT = {'timing_violation_threshold_s': 0.05, 'max_strikes': 10, 'eval_every_episodes': 0}

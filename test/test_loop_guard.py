@@ -22,7 +22,7 @@ from rip_control.rt.loop import ControlLoop, EpisodeSummary, LoopConfig, TickSam
 from rip_control.rt.outbox import Outbox
 from rip_control.transitions import Transition
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.alone, pytest.mark.slow]
 
 # The guard is the subject here, not the pacing: an in-process loop without SCHED_FIFO on a
 # loaded VM may overrun by 5 ms three ticks in a row (seen once with two benchmarks beside

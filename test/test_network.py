@@ -31,7 +31,7 @@ import pytest
 from rip_control.procs import child_env, die_with_parent
 from rip_control.run.launching import ProcessSpec
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = [pytest.mark.alone, pytest.mark.ros, pytest.mark.slow]
 
 # Addresses of the test's own (RFC 1918), one /30 per link.
 A_IP, B_IP_A = '10.213.0.1', '10.213.0.2'

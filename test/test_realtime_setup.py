@@ -20,6 +20,8 @@ import pytest
 
 from rip_control.rt import realtime
 
+pytestmark = pytest.mark.alone
+
 
 def test_the_request_is_a_native_int32_held_open_and_not_inherited(tmp_path):
     dev = tmp_path / 'cpu_dma_latency'

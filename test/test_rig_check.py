@@ -16,6 +16,8 @@ from ros2_cli import argv
 from rip_control.procs import child_env
 from rip_control.rig_check import expected_signs
 
+pytestmark = pytest.mark.alone
+
 #: The README's command ("First power-on", step 4).
 README_DIRECTION = 'python -m rip_control.rig_check --port /dev/ttyACM0 --direction'
 

@@ -24,7 +24,7 @@ from rip_control.rig.client import (
 from rip_control.rig.host_firmware import FIRMWARES
 from rip_control.rig.protocol import ErrorCode, Status
 
-pytestmark = pytest.mark.parametrize('firmware', FIRMWARES, indirect=True)
+pytestmark = [pytest.mark.alone, pytest.mark.parametrize('firmware', FIRMWARES, indirect=True)]
 
 
 def _open(emu, **kw):

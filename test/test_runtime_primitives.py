@@ -16,6 +16,8 @@ from rip_control.rt.pacer import Pacer
 from rip_control.rt.watchdog import OverrunWatchdog, TimingViolation
 from rip_control.transitions import Transition, TransitionRejected, field_layout, unpack
 
+pytestmark = pytest.mark.alone
+
 
 class FakeClock:
     def __init__(self):

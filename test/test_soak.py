@@ -19,7 +19,7 @@ import yaml
 
 from rip_control.procs import child_env
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = [pytest.mark.alone, pytest.mark.ros, pytest.mark.slow]
 
 #: Growth a process may show in the ~20 s after the warm-up (RSS pages touched late, an
 #: allocator's arenas). So short a window catches only a gross leak (more than about 15 MiB a

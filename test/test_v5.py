@@ -12,7 +12,7 @@ from rip_control.policy import PolicyMeta, encode_actor, random_actor
 from rip_control.procs import child_env
 from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = [pytest.mark.alone, pytest.mark.ros, pytest.mark.slow]
 
 
 def _policy(path, rate=50.0):

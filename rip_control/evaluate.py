@@ -186,11 +186,17 @@ def evaluate(
         raise ValueError(f'policy:={policy}: no such file')
     args = with_defaults(args)
     recorder = TransitionRecorder()
+    verdicts: dict[int, str] = {}  # stop_when's answer for the first n episodes, asked once
 
     def decided(ended: int, rate_hz: float) -> str:
-        if stop_when is None or not recorder.complete(ended):
+        if stop_when is None:
             return ''
-        return stop_when([m for _, m, _ in recorder.episodes(1.0 / rate_hz)][:ended])
+        if ended not in verdicts:
+            if not recorder.complete(ended):
+                return ''  # its transitions still on the way
+            done = [m for _, m, _ in recorder.episodes(1.0 / rate_hz)][:ended]
+            verdicts[ended] = stop_when(done)
+        return verdicts[ended]
 
     run = finetune.run(
         args,
@@ -202,6 +208,8 @@ def evaluate(
     )
     rate = float(run['rate_hz'])
     episodes = recorder.episodes(1.0 / rate)
+    if run.get('stopped_decided'):  # the episodes that decided it, not one begun after them
+        episodes = episodes[: max(n for n, why in verdicts.items() if why)]
     run_dir = Path(run['run_dir'])
     deployed = str(run['policy'])  # as the plan resolved it (empty: the shipped one)
     report = {

@@ -353,9 +353,10 @@ def test_a_candidates_deployment_stops_once_the_guards_rule_rejects_it_whatever_
 ) -> None:
     """The sequential rule of a candidate's deployment, on synthetic episodes.
 
-    3 episodes of 10 s at 50 Hz: each returns at most 500 and balances at most 10 s. The
-    prior's deployment (mean return 335, balance 8 s) sets the bars: return 318.25 (5 %
-    below), balance 6 s (25 % below).
+    3 episodes of 10 s at 50 Hz: each returns at most 500 and balances at most 12.5 s (500
+    ticks, each kept up to the 5-ms violation threshold late: a deployment's balance sums the
+    measured ticks). The prior's deployment (mean return 335, balance 8 s) sets the bars:
+    return 318.25 (5 % below), balance 6 s (25 % below).
     """
     from types import SimpleNamespace
 
@@ -383,17 +384,32 @@ def test_a_candidates_deployment_stops_once_the_guards_rule_rejects_it_whatever_
         'the candidate misses the return bar whatever its other 1 episode(s) score: '
         'rejected after 2 of 3'
     )
-    # On balance: (0 + 0 + 10) / 3 = 3.3 s < 6 s, its returns as high as the prior's.
+    # On balance: (0 + 0 + 12.5) / 3 = 4.2 s < 6 s, its returns as high as the prior's.
     assert 'balance bar' in stop(done((400.0, 0.0), (400.0, 0.0)))
+    # (1 + 1 + 12.5) / 3 = 4.8 s: still certain; (3 + 3 + 12.5) / 3 = 6.2 s: not.
+    assert 'balance bar' in stop(done((400.0, 1.0), (400.0, 1.0)))
+    assert stop(done((400.0, 3.0), (400.0, 3.0))) == ''
+    assert stop(done(*[(None, 0.0)] * 2)) == ''  # rewards not known: nothing is certain
     # A good start never stops it, nor does a poor one the rest could still lift.
     assert stop(done((440.0, 9.0), (450.0, 9.0))) == ''
     assert stop(done((200.0, 4.0), (300.0, 7.0))) == ''  # (500 + 500) / 3 = 333
     # Judged on the episodes it ran, the verdict is the rejection the rule foresaw.
     v = judge(loop, prior, _report([10.0, 10.0], [0.1, 0.1]))
     assert v.kind == 'rejected' and 'certain after 2 of 3 episodes' in v.reason, v.reason
-    # A full deployment's rejection says nothing of certainty.
+    # A full deployment's rejection says nothing of certainty, nor does one the budget cut
+    # short whose rest could have passed (return (600 + 500) / 3 = 367).
     v = judge(loop, prior, _report([10.0, 10.0, 10.0], [0.1, 0.1, 0.1]))
     assert v.kind == 'rejected' and 'certain' not in v.reason
+    v = judge(loop, prior, _report([300.0, 300.0], [8.0, 8.0]))
+    assert v.kind == 'rejected' and 'certain' not in v.reason, v.reason
+    # The bar the rule saw missed: balance (its return could still pass), though the two
+    # episodes' mean return misses too.
+    v = judge(loop, prior, _report([300.0, 300.0], [0.0, 0.0]))
+    assert v.missed == 'balance' and 'certain after 2 of 3' in v.reason, v.reason
+    # What is kept for the next deployment after one cut short: a whole one, at its rig
+    # time per episode (1 of 3 episodes in 14 s: 42 s), not the 14 s it ran.
+    loop.phases.append({'phase': '2_candidate', 'rig_seconds': 14.0, 'episodes': [{}]})
+    assert loop.full_deployment_s() == pytest.approx(42.0)
     # The candidate phases hand their rule to the deployment.
     given: list = []
 
@@ -570,11 +586,11 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
 
     def deploy(a, name, policy, excitation, stop_when=None):
         calls.append((name, policy))
-        a.phases.append({'phase': name, 'rig_seconds': 60.0})
+        a.phases.append({'phase': name, 'rig_seconds': 60.0, 'episodes': [{}, {}]})
         return better
 
     monkeypatch.setattr(Adapt, 'deploy', deploy)
-    loop.phases = [{'phase': PHASES[2], 'rig_seconds': 60.0}]
+    loop.phases = [{'phase': PHASES[2], 'rig_seconds': 60.0, 'episodes': [{}, {}]}]
     loop.rig_s = 200.0
     # Room for another deployment and the final one (RESERVE_FACTOR of it), or just short.
     room = (1.0 + budget.RESERVE_FACTOR) * 60.0
@@ -673,7 +689,7 @@ def test_the_fine_tune_starts_from_what_the_guard_promoted_and_from_nothing_else
 
     def deploy(a, name, policy, excitation, reserve_s=0.0, stop_when=None):
         seen.setdefault('reserves', {})[name] = reserve_s
-        a.phases.append({'phase': name, 'rig_seconds': 30.0})
+        a.phases.append({'phase': name, 'rig_seconds': 30.0, 'episodes': [{}, {}]})
         if policy == prior:
             return base
         assert policy == candidate, policy

@@ -19,6 +19,8 @@ import rclpy
 
 from rip_control.procs import child_env
 
+pytestmark = pytest.mark.alone
+
 
 def _small_disk(limit_bytes: int):
     def limit() -> None:
@@ -31,8 +33,6 @@ def _small_disk(limit_bytes: int):
 _ROWS = """
 import sys
 from rip_control.telemetry import EpisodeTiming, TimingCsv
-
-pytestmark = pytest.mark.alone
 
 out = TimingCsv(sys.argv[1])
 for i in range(1000):

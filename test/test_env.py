@@ -159,6 +159,33 @@ def test_rig_env_resets_steps_at_its_rate_and_disengages_on_close(emulator):
     client.close()
 
 
+def test_the_brakes_floor_grows_only_while_the_pendulum_swings_and_the_arm_stays_still():
+    """The floor learns the least voltage that moves the arm, within a reset."""
+    from rip_control.rig.env import (
+        QUIET_PENDULUM_RAD,
+        ResetController,
+        reset_brake_floor,
+        reset_voltage,
+    )
+
+    c = TaskConfig.from_params(episode_seconds=1.0)
+    dt, swing = c.period_s, 2 * QUIET_PENDULUM_RAD
+    assert reset_brake_floor(c, 0.5, swing, 0.0, dt) == pytest.approx(0.5 + 1.0 * dt)
+    assert reset_brake_floor(c, 0.5, swing, 1.0, dt) == 0.5  # the arm moves: held
+    assert reset_brake_floor(c, 0.5, 0.5 * QUIET_PENDULUM_RAD, 0.0, dt) == 0.5  # quiet swing
+    assert reset_brake_floor(c, 100.0, swing, 0.0, dt) == 0.5 * c.max_action_v  # bounded
+    # Added in the brake's own direction beyond half the quiet angle, not inside it.
+    without = reset_voltage(c, 0.0, 0.0, swing, 0.0)
+    assert reset_voltage(c, 0.0, 0.0, swing, 0.0, 0.0, 1.0) == pytest.approx(without + 1.0)
+    assert reset_voltage(c, 0.0, 0.0, -swing, 0.0, 0.0, 1.0) == pytest.approx(-without - 1.0)
+    small = 0.4 * QUIET_PENDULUM_RAD
+    assert reset_voltage(c, 0.0, 0.0, small, 0.0, 0.0, 1.0) == reset_voltage(
+        c, 0.0, 0.0, small, 0.0
+    )
+    # Each reset starts its own: the floor from 0.
+    assert ResetController(c).floor_v == 0.0
+
+
 @pytest.mark.parametrize('rig', ['rig_shifted_worn', 'rig_shifted_stuck'])
 def test_the_reset_brakes_a_swing_on_a_dead_zone_rig_in_seconds_inside_the_arm_limit(
     start_emulator, rig

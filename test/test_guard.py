@@ -319,6 +319,31 @@ def test_an_evaluation_stops_when_its_rejection_is_certain_and_runs_on_while_it_
     assert (v.kind, v.episodes) == ('promoted', 3) and guard.live_version == 4
 
 
+def test_a_curtailed_verdict_names_the_bar_that_was_certain() -> None:
+    """The certain bar, not the one the fewer episodes' means miss; return first if both."""
+    guard = _after_baseline(3, 90.0, 1.6)
+    cand = _Actor(1)
+    for _ in range(2):  # return (160 + 100) / 3 = 86.7 may still clear 85.5; balance cannot
+        guard.next_episode(cand)
+        v = guard.judge(80.0, 0.0)
+    assert (v.kind, v.missed, v.episodes) == ('rejected', 'balance', 2), v  # means: return 80
+    guard = _after_baseline(2, 90.0, 1.6)
+    guard.next_episode(cand)
+    v = guard.judge(50.0, 0.0)  # (50 + 100) / 2 < 85.5 and (0 + 2) / 2 < 1.2: both certain
+    assert (v.kind, v.missed, v.episodes) == ('rejected', 'return', 1), v
+
+
+def test_the_runners_line_says_how_many_episodes_made_a_rejection_certain() -> None:
+    from rip_control.run.supervisor import episode_rejection
+
+    ep = {'eval_missed': 1, 'return': 10.0, 'balance_s': 2.0, 'eval_bar': 85.5}
+    assert 'certain' not in episode_rejection(ep)  # an older node's message: no counts
+    ep.update(eval_judged=1, eval_planned=3)
+    assert episode_rejection(ep) == (
+        'return 10.00 below the bar 85.50 (certain after 1 of 3 episodes)'
+    )
+
+
 def test_without_bounds_every_episode_runs() -> None:
     guard = _after_baseline(3, 90.0, 1.6, bounds=None)
     guard.next_episode(_Actor(1))
@@ -361,6 +386,8 @@ def test_a_curtailed_verdict_is_the_one_every_completion_would_give(episodes, ba
             full.next_episode(cand)
         if k < episodes:  # stopped early: every completion rejects as well
             assert (v.kind, w.kind) == ('rejected', 'rejected'), (done, rest, v, w)
+            assert v.missed and (v.episodes, v.planned) == (k, episodes), v
+            assert f'certain after {k} of {episodes} episodes' in v.reason, v.reason
     # Before each episode where it ran on, the most the rest could score would pass.
     for j in range(1, k):
         full = _after_baseline(episodes, *baseline, bounds=None)
@@ -386,6 +413,15 @@ def test_the_loops_guard_knows_the_most_an_evaluation_episode_scores() -> None:
     longer = LoopConfig.from_params({**defaults(CONTROL_PARAMETERS), 'eval_episode_seconds': 10.0})
     assert longer.guard(task).bounds == EpisodeBounds(500.0, pytest.approx(10.0))
     assert config.guard().bounds is None
+    # The control loop, given no guard of the caller's, builds its own with the bounds.
+    from types import SimpleNamespace
+
+    from rip_control.rt.loop import ControlLoop
+    from rip_control.rt.outbox import Outbox
+
+    env = SimpleNamespace(config=task)
+    loop = ControlLoop(env, config, None, Outbox(1), Outbox(1), Outbox(1))  # type: ignore[arg-type]
+    assert loop.guard.bounds == bounds
 
 
 def test_eval_episodes_below_one_is_refused_by_name() -> None:

@@ -20,19 +20,20 @@ def finetune_within_budget(
 ) -> dict[str, Any]:
     """Fine-tune on the rig from ``start`` until the rig-time budget is spent.
 
-    The budget less what the final deployment will take (``RESERVE_FACTOR`` times the last
-    deployment's). One runner run (its critics and prior data beside ``start``), the
-    node's guard on, ended by the runner's own rig-time limit (``rig_seconds``) at the end of
-    the episode past which the next would not fit: every activation counted, so a trip's
-    re-run episode is paid from the budget too. Returns its summary (``{}`` when not one
+    The budget less what the final deployment will take (``RESERVE_FACTOR`` times a whole
+    deployment at the last one's rig time per episode, :meth:`Adapt.full_deployment_s`).
+    One runner run (its critics and prior data beside ``start``), the node's guard on, ended
+    by the runner's own rig-time limit (``rig_seconds``) at the end of the episode past which
+    the next would not fit: every activation counted, so a trip's re-run episode is paid from
+    the budget too. Returns its summary (``{}`` when not one
     training episode with the guard's baseline evaluation fits). Resuming, its record's entry
     when it finished.
     """
     done = a.replay(PHASES[3])
     if done is not None:
         return done
-    deployment = a.phases[-1]
-    reserve = RESERVE_FACTOR * deployment['rig_seconds']
+    deployment = a.last_deployment()
+    reserve = RESERVE_FACTOR * a.full_deployment_s()
     left = budget_s - a.rig_s - reserve
     guard = guard_settings(a)
     # An episode's cost, its reset included: the last deployment's, for each episode's length.

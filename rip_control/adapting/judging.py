@@ -16,8 +16,8 @@ def judge(a: Adapt, prior: dict[str, Any], candidate: dict[str, Any]) -> Any:
     The guard's own rule and margins (the control node's ``eval_margin`` and
     ``eval_balance_margin``), fed each deployment's mean return and mean longest balance
     instead of one evaluation episode's. A deployment :func:`certain_rejection` ended early
-    is judged on the episodes it ran (their means miss the bar its rule saw missed), and the
-    reason says so.
+    is judged on the episodes it ran, and its reason names the bar the rule saw missed with
+    the episodes it took (a mean over fewer episodes may miss the other bar too).
     """
     guard = _guard_after(a, prior)
     is_evaluation, judged = guard.next_episode(_Version(1))
@@ -25,8 +25,11 @@ def judge(a: Adapt, prior: dict[str, Any], candidate: dict[str, Any]) -> Any:
     verdict = guard.judge(*_scores(candidate))
     ran = len(candidate['episodes'])
     if verdict.kind == 'rejected' and a.plan is not None and ran < a.plan.episodes:
-        if _certain(a, guard, candidate['episodes'], a.plan.episodes):
-            verdict = dataclasses.replace(verdict, episodes=ran, planned=a.plan.episodes)
+        certain = _certain(a, guard, candidate['episodes'], a.plan.episodes)
+        if certain:  # the bar the rule saw missed, whatever the rest would have scored
+            verdict = dataclasses.replace(
+                verdict, missed=certain, episodes=ran, planned=a.plan.episodes
+            )
     return verdict
 
 
@@ -85,7 +88,10 @@ def _certain(a: Adapt, guard: Any, episodes: list[dict[str, Any]], planned: int)
     if any(e.get('ret') is None for e in episodes):
         return ''  # rewards not known: nothing is certain
     steps = round(float(a.own['deployment_episode_seconds']) * a.rate)
-    bounds = EpisodeBounds(TaskConfig.most_return(steps), steps / a.rate)
+    # A deployment's balance sums the measured tick lengths, and a kept tick may be late by up
+    # to the violation threshold: the most a remaining episode could balance.
+    longest_tick_s = 1.0 / a.rate + 1e-3 * float(a.control['timing_violation_threshold_ms'])
+    bounds = EpisodeBounds(TaskConfig.most_return(steps), steps * longest_tick_s)
     figures = [(float(e['ret']), float(e['longest_balance_s'])) for e in episodes]
     return certain_miss(figures, planned, bounds, guard.bar(), guard.balance_bar())
 

@@ -124,7 +124,7 @@ def retrain(
 def identify_again(a: Adapt, opts: dict[str, Any], first: Path, budget_s: float) -> dict[str, Any]:
     """The second identification, if the budget has room for a second candidate; recorded."""
     done: dict[str, Any] = {'identified': None, 'moved': None, 'retrain': None, 'candidate': None}
-    needed = (1.0 + RESERVE_FACTOR) * a.phases[-1]['rig_seconds']
+    needed = (1.0 + RESERVE_FACTOR) * a.full_deployment_s()
     if budget_s - a.rig_s < needed:
         done['why'] = (
             f'not run: {max(budget_s - a.rig_s, 0):.0f} s of rig time are left, and a second '

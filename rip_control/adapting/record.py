@@ -230,6 +230,21 @@ class Adapt:
         self.log(f'{name}: {rig_s:.0f} s of rig time (total {self.rig_s:.0f} s)')
         return entry
 
+    def last_deployment(self) -> dict[str, Any]:
+        """The entry of the newest deployment phase (the newest with a list of episodes)."""
+        return next(p for p in reversed(self.phases) if isinstance(p.get('episodes'), list))
+
+    def full_deployment_s(self) -> float:
+        """A deployment of the plan's episodes, priced at the last one's rig time per episode.
+
+        The last deployment may have run fewer (its sequential rule or the budget ended it
+        early); what must be kept for the next is a whole one.
+        """
+        last = self.last_deployment()
+        ran = max(len(last['episodes']), 1)
+        planned = self.plan.episodes if self.plan is not None else ran
+        return last['rig_seconds'] / ran * max(planned, ran)
+
     def deploy(
         self,
         name: str,

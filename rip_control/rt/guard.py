@@ -11,6 +11,13 @@ episodes in a row, judged on their mean return and mean longest balance: one epi
 figures spread wider than the differences they judge (0.9-2.8 s of balance for one policy on
 a rig outside the model), and the mean of ``n`` spreads ``sqrt(n)`` times less. Free of ROS,
 time and I/O: the control loop asks it at each episode start and tells it each result.
+
+An evaluation stops early when its rejection is certain (curtailment): given the most one
+episode can score (:class:`EpisodeBounds`: every step's reward at its ceiling, balance from
+start to end), the episodes left could not lift the mean to a bar even if each scored its
+most. No assumption about the spread goes into it, so the verdict is the one all its
+episodes would have given; an evaluation that could still pass runs to its end, and a
+promotion always rests on every episode.
 """
 
 from __future__ import annotations

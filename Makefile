@@ -44,12 +44,14 @@ demo: $(STAMP)
 # First the package's bytecode, written once: where PYTHONDONTWRITEBYTECODE is set (as on
 # this project's machines) every one of the suite's processes would compile it again (with a
 # venv installed --no-compile, the real-time tests ran 20-30 % longer in one CI run).
+# The colcon workspace the tests of `ros2 run` and `ros2 launch` use is built once for both
+# passes, in a folder of this run's own (RIP_TEST_WORKSPACE, test/conftest.py).
 test: $(STAMP) launch-deps firmware-host
 	@$(PY) -m compileall -q rip_control rip_learner rip_bench test
-	@status=0; \
+	@status=0; ws=$$(mktemp -d); export RIP_TEST_WORKSPACE=$$ws; \
 	$(PY) -m pytest -m "not alone" -n 2 $(PYTEST_ARGS) || status=$$?; \
 	$(PY) -m pytest -m alone $(PYTEST_ARGS) || { s=$$?; [ $$s -eq 5 ] || status=$$s; }; \
-	[ $$status -eq 0 ] || [ $$status -eq 5 ]
+	rm -rf "$$ws"; [ $$status -eq 0 ] || [ $$status -eq 5 ]
 
 # The rig firmware in C (firmware/): the AVR and Cortex-M4 images with their sizes, the host
 # build and the fuzz target. The cross compilers are Debian's gcc-avr avr-libc

@@ -29,11 +29,27 @@ os.environ['PYTHONFAULTHANDLER'] = '1'
 def colcon_install(tmp_path_factory):
     """The package colcon-built into a fresh workspace, once a session; its install prefix.
 
-    What ``ros2 run`` and ``ros2 launch`` use; the tests only read it.
+    What ``ros2 run`` and ``ros2 launch`` use; the tests only read it. Where
+    ``RIP_TEST_WORKSPACE`` names an empty folder (``make test`` makes one for its two passes
+    and removes it after), the first session to need the build makes it there and the
+    others, xdist's workers and the second pass, use it (a build takes ~18 s).
     """
+    import fcntl
+
     from ros2_cli import colcon_build
 
-    return colcon_build(tmp_path_factory.mktemp('ws'))
+    shared = os.environ.get('RIP_TEST_WORKSPACE')
+    if not shared:
+        return colcon_build(tmp_path_factory.mktemp('ws'))
+    ws = Path(shared)
+    with open(ws / '.lock', 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        done = ws / '.built'
+        if done.exists():
+            return Path(done.read_text())
+        prefix = colcon_build(ws)
+        done.write_text(str(prefix))
+        return prefix
 
 
 @pytest.fixture(scope='session', autouse=True)

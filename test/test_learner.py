@@ -16,7 +16,7 @@ from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.ros.qos import TRANSITIONS_QOS, WEIGHTS_QOS
 from rip_control.transitions import Transition, field_layout, run_tagged
 
-pytestmark = [pytest.mark.alone, pytest.mark.ros, pytest.mark.slow]
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 
 def _stop(proc, sig=signal.SIGINT):

@@ -36,8 +36,7 @@ from rip_control.rig.env import ACTION_SIZE, OBS_SIZE
 from rip_control.rig.excitation import ExcitationDesign
 from rip_learner import pretrain
 
-pytestmark = pytest.mark.alone
-
+# The tests that drive a rig in real time or time it are marked alone, one by one.
 REPO = Path(__file__).resolve().parent.parent
 POLICY = REPO / 'policies' / 'sim_50hz' / 'policy.safetensors'
 #: The excitation's ticks at the README's 50 Hz.
@@ -202,6 +201,7 @@ def install_prefix(colcon_install):
 # ---- the set-up: make demo ---------------------------------------------------------------
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 @pytest.mark.readme('make demo')
 def test_make_demo_runs_the_fine_tune(tmp_path):
@@ -238,6 +238,7 @@ def test_make_demo_runs_the_fine_tune(tmp_path):
 # The runner's README commands run in test_finetune (v4 and two rigs), spelled as here.
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 @pytest.mark.readme(
     'python -m rip_control.evaluate policy:=policies/sim_50hz/policy.safetensors episodes:=5 '
@@ -477,6 +478,7 @@ def test_the_readme_emulator_command_serves_and_stops(tmp_path):
     assert not link.exists()
 
 
+@pytest.mark.alone
 @pytest.mark.readme('python -m rip_control.rig_check --port /dev/ttyUSB0 --rate 50 --seconds 5')
 def test_the_readme_rig_check_command_reads_a_rig(emulator):
     proc = run_readme(
@@ -489,6 +491,7 @@ def test_the_readme_rig_check_command_reads_a_rig(emulator):
     assert '50' in proc.stdout
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 @pytest.mark.readme('ros2 launch rip_control rig_emulator.launch.py link:=/tmp/rip_rig')
 @pytest.mark.readme('ros2 run rip_control rig_check --port /tmp/rip_rig')
@@ -585,6 +588,7 @@ def test_the_readme_c_firmware_command_serves_and_stops(tmp_path, host_firmware_
     assert 'stopped after' in emu.text
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize('firmware', ['c'], indirect=True)
 @pytest.mark.readme('python -m rip_control.rig_check --port /dev/ttyACM0')
 def test_the_readme_first_power_on_check_reads_the_c_firmware(emulator):
@@ -640,6 +644,7 @@ def test_the_readme_avrdude_line_flashes_the_image_through_a_megas_bootloader(tm
     assert 0x12 not in board.commands, '-D: no chip erase'
 
 
+@pytest.mark.alone
 @pytest.mark.readme('python -m rip_bench serial-roundtrip --rate 500 --seconds 20 --repeats 3')
 def test_the_readme_round_trip_bench_measures_both_firmwares(tmp_path, host_firmware_built):
     import json
@@ -660,6 +665,7 @@ def test_the_readme_round_trip_bench_measures_both_firmwares(tmp_path, host_firm
     assert 'C firmware (host build)' in proc.stdout and 'Python emulator' in proc.stdout
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 @pytest.mark.readme('python -m rip_bench timing --rate 500 --seconds 120 --load sac --firmware c')
 def test_the_readme_500_hz_timing_bench_runs_against_the_c_firmware(tmp_path, host_firmware_built):
@@ -686,6 +692,7 @@ RETRAIN = (
 )
 
 
+@pytest.mark.alone
 @pytest.mark.readme(EXCITE)
 @pytest.mark.readme(IDENTIFY)
 @pytest.mark.readme(RETRAIN)
@@ -762,6 +769,7 @@ if _target and _log:
 """
 
 
+@pytest.mark.alone
 @pytest.mark.readme(ADAPT)
 def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(tmp_path):
     """The adapt loop as typed; only the emulator's program reads the rig file.

@@ -83,6 +83,7 @@ def test_a_deployment_ends_once_its_episodes_decide_it(tmp_path):
     import json
 
     from rip_control import run_files
+    from rip_control.rig.emulator_args import EVENTS_FILE_ENV
 
     script = (
         'from rip_control.evaluate import evaluate\n'
@@ -95,14 +96,20 @@ def test_a_deployment_ends_once_its_episodes_decide_it(tmp_path):
         'evaluate(args, stream_logs=False, stop_when=stop)\n'
         "print('SEEN', seen)\n"
     )
+    events = tmp_path / 'emulator_events'  # the emulator's motor events, as it did them
     proc = subprocess.run(
         [sys.executable, '-c', script],
-        env=child_env(),
+        env=child_env({EVENTS_FILE_ENV: str(events)}),
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # The motor went off by the node's own command before the rig powered down (not by the
+    # deadman, nor under an engaged motor), and was never engaged again.
+    whats = [line.split(' ', 2)[2] for line in events.read_text().splitlines()]
+    assert whats[-2:] == ['disengaged command', 'powered down'], whats
+    assert not [w for w in whats if 'deadman' in w], whats
     report = json.loads((tmp_path / 'cut' / run_files.EVALUATION).read_text())
     assert len(report['episodes']) == 1, report['episodes']
     assert report['stopped_decided'] == 'decided by the first'

@@ -34,18 +34,25 @@ RIGS = (
     'bench/rigs/gap_heavy_tip.yaml',
 )
 STARTS = (
-    # (theta, theta_dot, alpha from hanging, alpha_dot): what episodes leave behind
+    # (theta, theta_dot, alpha from hanging, alpha_dot): what episodes leave behind. Until
+    # session 33 each went to set_state(theta, alpha, ...) as written, theta_dot and alpha
+    # swapped: the reset_offline.json of earlier commits measured other starts than these.
     (1.5, 2.0, math.pi - 0.3, 0.0),  # ended at the arm limit, the pendulum near upright
     (-1.0, 0.0, 2.0, 3.0),  # a wide swing, the arm off centre
     (0.0, 0.0, 1.0, 0.0),  # a swing released at 1 rad
     (0.3, 0.0, 0.3, 0.0),  # small, off centre
     (0.0, -3.0, math.pi - 0.05, 4.0),  # fallen from upright, the arm moving
     (-0.05, -4.5, 1.06, 6.5),  # after a second of +-0.8 full voltage (the stuck rig, test_env)
+    (0.0, 0.0, math.pi - 0.02, 0.0),  # a balanced episode's end: upright and still
+    (0.2, 0.5, math.pi - 0.1, -0.5),  # ... falling, the arm drifting
 )
 #: The reset's controllers compared: its own, and with its parts taken away (their settings).
 CONTROLLERS: dict[str, dict[str, float]] = {
     'brake on angle and velocity, floor': {},
     'brake on angle and velocity, no floor': {'reset_brake_floor_v_per_s': 0.0},
+    'pendulum damping 0.15 (the default before session 33)': {
+        'reset_pendulum_damping_v_s_per_rad': 0.15
+    },
     'brake on velocity alone': {
         'reset_brake_floor_v_per_s': 0.0,
         'reset_pendulum_brake_v_per_rad': 0.0,
@@ -76,7 +83,8 @@ def settle(
     dt = c.period_s
     rig.engage()
     rig.firmware.advance_to(0.0)
-    rig.firmware.dynamics.set_state(*start)
+    theta, theta_dot, alpha, alpha_dot = start
+    rig.firmware.dynamics.set_state(theta, alpha, theta_dot, alpha_dot)
     prev, t, still, reach = rig.read(), 0.0, None, 0.0
     controller = env.ResetController(c)
     while t < c.reset_timeout_s:

@@ -159,8 +159,12 @@ def test_rig_env_resets_steps_at_its_rate_and_disengages_on_close(emulator):
     client.close()
 
 
-def test_the_brakes_floor_grows_only_while_the_pendulum_swings_and_the_arm_stays_still():
-    """The floor learns the least voltage that moves the arm, within a reset."""
+def test_the_brakes_floor_grows_while_the_pendulum_swings_and_the_arm_stays_still():
+    """The floor learns the least voltage that moves the arm, within a reset.
+
+    It shrinks while the arm moves (a floor that held there drove a lasting swing on a rig
+    with lag, offline), never below 0.
+    """
     from rip_control.rig.env import (
         QUIET_PENDULUM_RAD,
         ResetController,
@@ -171,7 +175,9 @@ def test_the_brakes_floor_grows_only_while_the_pendulum_swings_and_the_arm_stays
     c = TaskConfig.from_params(episode_seconds=1.0)
     dt, swing = c.period_s, 2 * QUIET_PENDULUM_RAD
     assert reset_brake_floor(c, 0.5, swing, 0.0, dt) == pytest.approx(0.5 + 1.0 * dt)
-    assert reset_brake_floor(c, 0.5, swing, 1.0, dt) == 0.5  # the arm moves: held
+    assert reset_brake_floor(c, 0.5, swing, 1.0, dt) == pytest.approx(0.5 - 1.0 * dt)  # moves
+    assert reset_brake_floor(c, 0.5, 0.0, -1.0, dt) == pytest.approx(0.5 - 1.0 * dt)
+    assert reset_brake_floor(c, 0.5 * dt, swing, 1.0, dt) == 0.0  # never below 0
     assert reset_brake_floor(c, 0.5, 0.5 * QUIET_PENDULUM_RAD, 0.0, dt) == 0.5  # quiet swing
     assert reset_brake_floor(c, 100.0, swing, 0.0, dt) == 0.5 * c.max_action_v  # bounded
     # Added in the brake's own direction beyond half the quiet angle, not inside it.
@@ -184,6 +190,29 @@ def test_the_brakes_floor_grows_only_while_the_pendulum_swings_and_the_arm_stays
     )
     # Each reset starts its own: the floor from 0.
     assert ResetController(c).floor_v == 0.0
+
+
+def test_the_resets_integral_pulls_a_stuck_arm_at_least_as_at_its_least_angle():
+    """A still arm just outside the quiet angle winds the integral up as fast as at 0.2 rad.
+
+    Inside half the quiet angle, or while the arm moves, it does not grow; it drops once it
+    pushes the arm's own way.
+    """
+    from rip_control.rig.env import QUIET_ARM_RAD, RESET_INTEGRAL_LEAST_RAD, reset_integral
+
+    c = TaskConfig.from_params(episode_seconds=1.0)
+    dt, ki = c.period_s, c.reset_ki_v_per_rad_s
+    near = 2 * QUIET_ARM_RAD  # outside the quiet angle, well inside the least angle
+    assert reset_integral(c, 0.0, near, 0.0, dt) == pytest.approx(
+        -ki * RESET_INTEGRAL_LEAST_RAD * dt
+    )
+    assert reset_integral(c, 0.0, -near, 0.0, dt) == pytest.approx(
+        ki * RESET_INTEGRAL_LEAST_RAD * dt
+    )
+    assert reset_integral(c, 0.0, 0.5, 0.0, dt) == pytest.approx(-ki * 0.5 * dt)  # its angle
+    assert reset_integral(c, -0.1, 0.4 * QUIET_ARM_RAD, 0.0, dt) == -0.1  # inside: held
+    assert reset_integral(c, -0.1, near, 1.0, dt) == -0.1  # the arm moves: held
+    assert reset_integral(c, 0.1, near, 0.0, dt) == 0.0  # pushed the arm's own way: dropped
 
 
 @pytest.mark.parametrize('rig', ['rig_shifted_worn', 'rig_shifted_stuck'])

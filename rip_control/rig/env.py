@@ -68,6 +68,8 @@ QUIET_FILTER = 0.2  # EMA weight of the reset's stillness velocities (per reset 
 QUIET_S = 0.5
 QUIET_ARM_RAD, QUIET_ARM_RAD_S = 0.05, 0.3
 QUIET_PENDULUM_RAD, QUIET_PENDULUM_RAD_S = 0.1, 1.0
+#: The reset's integral grows at least as fast as at this arm angle (:func:`reset_integral`).
+RESET_INTEGRAL_LEAST_RAD = 0.2
 
 
 BALANCE_THRESHOLD_RAD = 0.2
@@ -96,7 +98,8 @@ class TaskConfig(FromParams):
     :param reset_timeout_s: give up settling the rig after this long (rig env only).
     :param reset_kp_v_per_rad: arm-centring gain of the reset loop.
     :param reset_kd_v_s_per_rad: arm damping gain of the reset loop.
-    :param reset_pendulum_damping_v_s_per_rad: gain of the pendulum-calming term.
+    :param reset_pendulum_damping_v_s_per_rad: gain of the pendulum-calming term (0.15 before
+        the reset's floor shrank while the arm moves: 0.05 settles sooner, offline).
     :param reset_pendulum_brake_v_per_rad: gain of the pendulum brake (on its angle's sine).
     :param reset_brake_arm_rad: beyond this arm angle the brake never pushes the arm further
         out (the centring alone acts there).
@@ -123,7 +126,7 @@ class TaskConfig(FromParams):
     reset_timeout_s: float = 20.0
     reset_kp_v_per_rad: float = 4.0
     reset_kd_v_s_per_rad: float = 0.3
-    reset_pendulum_damping_v_s_per_rad: float = 0.15
+    reset_pendulum_damping_v_s_per_rad: float = 0.05
     reset_pendulum_brake_v_per_rad: float = 3.0
     reset_brake_arm_rad: float = 1.0
     reset_ki_v_per_rad_s: float = 5.0
@@ -541,15 +544,20 @@ def reset_brake_floor(
     """The brake's floor after one tick: the least voltage the brake is given.
 
     It grows while the pendulum swings beyond the quiet rule's angle and the arm stays still
-    (the brake swallowed by the motor's dead zone or the arm's stiction) and holds once the
-    arm moves: on a rig with a 1.2 V dead zone, a swing of 0.3 rad asks a 0.9 V brake that
-    moves nothing, and the pendulum's own damping took 7-8 s to calm it (offline, after a
-    second of +-0.8 full voltage; 3-3.5 s with the floor). A rig whose arm answers at once
-    keeps it near 0. Bounded by the reset's voltage limit.
+    (the brake swallowed by the motor's dead zone or the arm's stiction) and shrinks at the
+    same rate while the arm moves: on a rig with a 1.2 V dead zone, a swing of 0.3 rad asks
+    a 0.9 V brake that moves nothing, and the pendulum's own damping took 7-8 s to calm it
+    (offline, after a second of +-0.8 full voltage; 3-3.5 s with the floor). A floor that
+    only held once the arm moved kept growing at each turning point of a small swing on a
+    rig with lag (``bench/rigs/gap_laggy.yaml``) and drove a lasting swing of the arm and
+    the pendulum (a relay with delay): that reset never settled. A rig whose arm answers at
+    once keeps it near 0. Within 0 and the reset's voltage limit.
     """
-    if abs(alpha_down) > QUIET_PENDULUM_RAD and abs(arm_speed) < QUIET_ARM_RAD_S:
+    if abs(arm_speed) >= QUIET_ARM_RAD_S:
+        floor_v -= config.reset_brake_floor_v_per_s * dt_s
+    elif abs(alpha_down) > QUIET_PENDULUM_RAD:
         floor_v += config.reset_brake_floor_v_per_s * dt_s
-    return min(floor_v, 0.5 * config.max_action_v)
+    return max(0.0, min(floor_v, 0.5 * config.max_action_v))
 
 
 def reset_voltage(
@@ -591,13 +599,17 @@ def reset_integral(
 ) -> float:
     """The reset's integral term after one tick.
 
-    It grows only while the arm is still (a stuck arm off centre, held by stiction or inside
-    the motor's dead zone, until it breaks away) and is dropped once it pushes the arm's own
+    It grows only while the arm is still outside half the quiet rule's angle (a stuck arm
+    off centre, held by stiction or inside the motor's dead zone, until it breaks away), at
+    least as fast as at :data:`RESET_INTEGRAL_LEAST_RAD` off centre: a stuck arm just outside
+    the quiet angle reaches a 1.2 V dead zone in about a second, not the 3 s its own angle
+    took (the stuck rig from upright, offline). It is dropped once it pushes the arm's own
     way (the arm crossed the centre), so a free arm sees the PD alone and no wind-up
     overshoots; bounded by the reset's voltage limit.
     """
-    if abs(theta_dot) < QUIET_ARM_RAD_S:
-        integral_v -= config.reset_ki_v_per_rad_s * theta * dt_s
+    if abs(theta_dot) < QUIET_ARM_RAD_S and abs(theta) > 0.5 * QUIET_ARM_RAD:
+        pull = math.copysign(max(abs(theta), RESET_INTEGRAL_LEAST_RAD), theta)
+        integral_v -= config.reset_ki_v_per_rad_s * pull * dt_s
     if integral_v * theta > 0.0:
         integral_v = 0.0
     limit = 0.5 * config.max_action_v

@@ -50,9 +50,6 @@ STARTS = (
 CONTROLLERS: dict[str, dict[str, float]] = {
     'brake on angle and velocity, floor': {},
     'brake on angle and velocity, no floor': {'reset_brake_floor_v_per_s': 0.0},
-    'pendulum damping 0.15 (the default before session 33)': {
-        'reset_pendulum_damping_v_s_per_rad': 0.15
-    },
     'brake on velocity alone': {
         'reset_brake_floor_v_per_s': 0.0,
         'reset_pendulum_brake_v_per_rad': 0.0,

@@ -98,8 +98,7 @@ class TaskConfig(FromParams):
     :param reset_timeout_s: give up settling the rig after this long (rig env only).
     :param reset_kp_v_per_rad: arm-centring gain of the reset loop.
     :param reset_kd_v_s_per_rad: arm damping gain of the reset loop.
-    :param reset_pendulum_damping_v_s_per_rad: gain of the pendulum-calming term (0.15 before
-        the reset's floor shrank while the arm moves: 0.05 settles sooner, offline).
+    :param reset_pendulum_damping_v_s_per_rad: gain of the pendulum-calming term.
     :param reset_pendulum_brake_v_per_rad: gain of the pendulum brake (on its angle's sine).
     :param reset_brake_arm_rad: beyond this arm angle the brake never pushes the arm further
         out (the centring alone acts there).
@@ -126,7 +125,7 @@ class TaskConfig(FromParams):
     reset_timeout_s: float = 20.0
     reset_kp_v_per_rad: float = 4.0
     reset_kd_v_s_per_rad: float = 0.3
-    reset_pendulum_damping_v_s_per_rad: float = 0.05
+    reset_pendulum_damping_v_s_per_rad: float = 0.15
     reset_pendulum_brake_v_per_rad: float = 3.0
     reset_brake_arm_rad: float = 1.0
     reset_ki_v_per_rad_s: float = 5.0

@@ -48,10 +48,10 @@ demo: $(STAMP)
 # passes, in a folder of this run's own (RIP_TEST_WORKSPACE, test/conftest.py).
 test: $(STAMP) launch-deps firmware-host
 	@$(PY) -m compileall -q rip_control rip_learner rip_bench test
-	@status=0; ws=$$(mktemp -d); export RIP_TEST_WORKSPACE=$$ws; \
+	@status=0; ws=$$(mktemp -d); trap 'rm -rf "$$ws"' EXIT; export RIP_TEST_WORKSPACE=$$ws; \
 	$(PY) -m pytest -m "not alone" -n 2 $(PYTEST_ARGS) || status=$$?; \
 	$(PY) -m pytest -m alone $(PYTEST_ARGS) || { s=$$?; [ $$s -eq 5 ] || status=$$s; }; \
-	rm -rf "$$ws"; [ $$status -eq 0 ] || [ $$status -eq 5 ]
+	[ $$status -eq 0 ] || [ $$status -eq 5 ]
 
 # The rig firmware in C (firmware/): the AVR and Cortex-M4 images with their sizes, the host
 # build and the fuzz target. The cross compilers are Debian's gcc-avr avr-libc

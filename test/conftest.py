@@ -32,7 +32,8 @@ def colcon_install(tmp_path_factory):
     What ``ros2 run`` and ``ros2 launch`` use; the tests only read it. Where
     ``RIP_TEST_WORKSPACE`` names an empty folder (``make test`` makes one for its two passes
     and removes it after), the first session to need the build makes it there and the
-    others, xdist's workers and the second pass, use it (a build takes ~18 s).
+    others, xdist's workers and the second pass, use it (a build takes ~18 s). The folder
+    is trusted as built from the tree as it is: set it for one run of the suite, no longer.
     """
     import fcntl
 
@@ -41,13 +42,16 @@ def colcon_install(tmp_path_factory):
     shared = os.environ.get('RIP_TEST_WORKSPACE')
     if not shared:
         return colcon_build(tmp_path_factory.mktemp('ws'))
+    import tempfile
+
     ws = Path(shared)
     with open(ws / '.lock', 'w') as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         done = ws / '.built'
         if done.exists():
             return Path(done.read_text())
-        prefix = colcon_build(ws)
+        # A folder of this attempt's own: a build that failed leaves nothing the next reuses.
+        prefix = colcon_build(Path(tempfile.mkdtemp(prefix='ws', dir=ws)))
         done.write_text(str(prefix))
         return prefix
 

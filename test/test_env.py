@@ -166,6 +166,7 @@ def test_the_brakes_floor_grows_while_the_pendulum_swings_and_the_arm_stays_stil
     with lag, offline), never below 0.
     """
     from rip_control.rig.env import (
+        QUIET_ARM_RAD_S,
         QUIET_PENDULUM_RAD,
         ResetController,
         reset_brake_floor,
@@ -178,6 +179,10 @@ def test_the_brakes_floor_grows_while_the_pendulum_swings_and_the_arm_stays_stil
     assert reset_brake_floor(c, 0.5, swing, 1.0, dt) == pytest.approx(0.5 - 1.0 * dt)  # moves
     assert reset_brake_floor(c, 0.5, 0.0, -1.0, dt) == pytest.approx(0.5 - 1.0 * dt)
     assert reset_brake_floor(c, 0.5 * dt, swing, 1.0, dt) == 0.0  # never below 0
+    # Still and moving as the quiet rule tells them apart (its arm speed).
+    slow, fast = 0.5 * QUIET_ARM_RAD_S, QUIET_ARM_RAD_S
+    assert reset_brake_floor(c, 0.5, swing, slow, dt) == pytest.approx(0.5 + 1.0 * dt)
+    assert reset_brake_floor(c, 0.5, swing, -fast, dt) == pytest.approx(0.5 - 1.0 * dt)
     assert reset_brake_floor(c, 0.5, 0.5 * QUIET_PENDULUM_RAD, 0.0, dt) == 0.5  # quiet swing
     assert reset_brake_floor(c, 100.0, swing, 0.0, dt) == 0.5 * c.max_action_v  # bounded
     # Added in the brake's own direction beyond half the quiet angle, not inside it.
@@ -203,6 +208,7 @@ def test_the_resets_integral_pulls_a_stuck_arm_at_least_as_at_its_least_angle():
     c = TaskConfig.from_params(episode_seconds=1.0)
     dt, ki = c.period_s, c.reset_ki_v_per_rad_s
     near = 2 * QUIET_ARM_RAD  # outside the quiet angle, well inside the least angle
+    assert near < RESET_INTEGRAL_LEAST_RAD
     assert reset_integral(c, 0.0, near, 0.0, dt) == pytest.approx(
         -ki * RESET_INTEGRAL_LEAST_RAD * dt
     )
@@ -211,8 +217,35 @@ def test_the_resets_integral_pulls_a_stuck_arm_at_least_as_at_its_least_angle():
     )
     assert reset_integral(c, 0.0, 0.5, 0.0, dt) == pytest.approx(-ki * 0.5 * dt)  # its angle
     assert reset_integral(c, -0.1, 0.4 * QUIET_ARM_RAD, 0.0, dt) == -0.1  # inside: held
+    edge = 0.75 * QUIET_ARM_RAD  # beyond half the quiet angle: it grows
+    assert reset_integral(c, 0.0, edge, 0.0, dt) == pytest.approx(
+        -ki * RESET_INTEGRAL_LEAST_RAD * dt
+    )
     assert reset_integral(c, -0.1, near, 1.0, dt) == -0.1  # the arm moves: held
     assert reset_integral(c, 0.1, near, 0.0, dt) == 0.0  # pushed the arm's own way: dropped
+
+
+@pytest.mark.parametrize(
+    'rig',
+    ['config/rig_shifted_stuck.yaml', 'bench/rigs/gap_laggy.yaml', 'bench/rigs/gap_sticky.yaml'],
+)
+def test_the_reset_settles_a_pendulum_falling_from_upright_offline(rig):
+    """What a balanced episode leaves: the pendulum upright and still, the arm centred.
+
+    The reset's own controller against the rig's plant on an explicit clock (the reset
+    benchmark's ``settle``). Before its floor shrank while the arm moves, the laggy gap rig's
+    reset never settled from here (a lasting swing of arm and pendulum); now 2.6-3.7 s on
+    these rigs (``bench/results/reset_offline.json``).
+    """
+    import math
+
+    from rip_bench.reset import settle
+
+    start = (0.0, 0.0, math.pi - 0.02, 0.0)  # theta, theta_dot, alpha from hanging, alpha_dot
+    for seed in (0, 1):
+        got = settle(rig, start, seed, {})
+        assert got['settled'] and got['seconds'] < 8.0, got
+        assert got['arm_reach_rad'] < TaskConfig.from_params(episode_seconds=1.0).arm_limit_rad
 
 
 @pytest.mark.parametrize('rig', ['rig_shifted_worn', 'rig_shifted_stuck'])

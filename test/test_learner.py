@@ -264,6 +264,7 @@ def test_a_signal_saves_the_buffer_and_exits_0_waiting_or_training(
     assert _one_save(run_dir) == meta.generation
 
 
+@pytest.mark.alone  # its ~1 Hz reports and a learner that cannot keep up: timed
 def test_learner_diagnostics_as_rqt_robot_monitor_sees_them(ros_node, learner_process):
     # K = 100 cannot be kept up with here: the learner must say so (WARN), and a rejected
     # transition must be reported over it.

@@ -273,6 +273,7 @@ def test_the_readme_evaluate_command(tmp_path):
     assert 'longest balance window' in proc.stdout
 
 
+@pytest.mark.alone  # timed: refused within 5 s
 @pytest.mark.readme(
     'python -m rip_control.evaluate policy:=policies/sim_50hz/policy.safetensors episodes:=5 '
     'episode_seconds:=10 rig_params:=config/rig_shifted_worn.yaml'

@@ -110,6 +110,7 @@ def test_a_deployment_ends_once_its_episodes_decide_it(tmp_path):
     whats = [line.split(' ', 2)[2] for line in events.read_text().splitlines()]
     assert whats[-2:] == ['disengaged command', 'powered down'], whats
     assert not [w for w in whats if 'deadman' in w], whats
+    assert 'could not deactivate' not in proc.stdout  # the ordered stop, not its fallback
     report = json.loads((tmp_path / 'cut' / run_files.EVALUATION).read_text())
     assert len(report['episodes']) == 1, report['episodes']
     assert report['stopped_decided'] == 'decided by the first'

@@ -25,6 +25,7 @@ from rip_bench.results.model import Records, Result, Section, Table
 from rip_bench.results.text import (
     _and,
     _bullets,
+    _control,
     _list,
     _mean,
     _minutes,
@@ -35,6 +36,7 @@ from rip_bench.results.text import (
     _rig,
     _span,
 )
+from rip_control.rig.env import QUIET_S
 
 ADAPT_K2 = {
     'stuck': tuple(f'adapt_stuck_k2_seed{s}.json' for s in (0, 1, 2)),
@@ -212,8 +214,7 @@ BUDGET = (
     *(f'adapt_budget2_worn_seed{s}.json' for s in (0, 1, 2)),
     'adapt_budget2_qube_servo2_seed0.json',
     'adapt_budget2_heavy_seed0.json',
-    'adapt_budget4_gap_sticky_seed0.json',
-    'adapt_budget4_gap_sticky_seed1.json',
+    *(f'adapt_budget4_gap_sticky_seed{s}.json' for s in (0, 1, 2)),
     'adapt_budget4_gap_laggy_seed0.json',
     'adapt_budget4_gap_laggy_seed1.json',
     'adapt_budget4_gap_heavy_tip_seed0.json',
@@ -324,6 +325,53 @@ BUDGET_RESULT = Result(
 )
 
 #: ``adapt`` on the reality-gap rigs (``bench/rigs/gap_*.yaml``: a plant outside the model).
+RESET = 'reset_offline.json'
+
+
+def _reset_conclusion(r: Records) -> str:
+    by: dict[str, list[float]] = {}
+    timed_out: dict[str, int] = {}
+    for runs_by in r[RESET]['rigs'].values():
+        for name, runs in runs_by.items():
+            by.setdefault(name, []).extend(x['seconds'] for x in runs)
+            timed_out[name] = timed_out.get(name, 0) + sum(not x['settled'] for x in runs)
+    n = len(next(iter(by.values())))
+    return (
+        _bullets(
+            *(
+                f'{name}: {_mean(s):.2f} s on average over the {n} resets, the longest '
+                f'{max(s):.1f} s' + (f', {timed_out[name]} timed out' if timed_out[name] else '')
+                for name, s in by.items()
+            )
+        )
+        + '\n\nThe reset the rig env runs is the first row. Its floor learns the least '
+        'voltage that moves a still arm and gives it back while the arm moves; a floor that '
+        'held once the arm moved kept growing at the turning points of a small swing on the '
+        "laggy gap rig and kept arm and pendulum swinging (that rig's reset from upright never "
+        'settled before). Offline on the firmware logic, with no serial link: on the emulated '
+        "rig the same controller's resets are what adapt's records count (`reset_seconds`)."
+    )
+
+
+RESET_RESULT = Result(
+    heading='The reset between episodes, offline',
+    question='How long does the reset take from what episodes leave behind, and what does '
+    'each part of it add?',
+    setup=lambda r: (
+        "The rig env's reset controller (`ResetController`: centring with its integral, the "
+        "brake on the pendulum's angle and velocity, the brake's floor), tick by tick at "
+        f"{_control('rate_hz'):g} Hz against each rig's plant on an explicit clock, from each "
+        'start of `rip_bench.reset.STARTS` (the arm off centre or moving, the pendulum '
+        'swinging wide, upright and still, falling), until the quiet rule has held for '
+        f'{QUIET_S:g} s; compared with itself without the floor and with the brake on the '
+        'velocity alone.'
+    ),
+    tables=(Table('reset', (RESET,)),),
+    conclusion=_reset_conclusion,
+    replicate=('python -m rip_bench reset --json bench/results/reset_offline.json',),
+)
+
+
 GAP_ADAPT = tuple(
     f'adapt_gap_{rig}_seed{seed}.json'
     for rig, seed in (
@@ -645,5 +693,13 @@ MOONSHOT_RESULT = Result(
 SECTION = Section(
     'adapt',
     'Can a rig the simulation does not cover be made to balance?',
-    (ADAPT, BUDGET_RESULT, GAP_ADAPT_RESULT, LONG_RESULT, PLAIN_RESULT, MOONSHOT_RESULT),
+    (
+        ADAPT,
+        BUDGET_RESULT,
+        RESET_RESULT,
+        GAP_ADAPT_RESULT,
+        LONG_RESULT,
+        PLAIN_RESULT,
+        MOONSHOT_RESULT,
+    ),
 )

@@ -36,14 +36,13 @@ def colcon_install(tmp_path_factory):
     is trusted as built from the tree as it is: set it for one run of the suite, no longer.
     """
     import fcntl
+    import tempfile
 
     from ros2_cli import colcon_build
 
     shared = os.environ.get('RIP_TEST_WORKSPACE')
     if not shared:
         return colcon_build(tmp_path_factory.mktemp('ws'))
-    import tempfile
-
     ws = Path(shared)
     with open(ws / '.lock', 'w') as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes

@@ -122,7 +122,6 @@ FACTS: dict[str, Callable[[str], bool]] = {
     'turned 0.15 rad': _package(lambda: _rig_check('MOVE_RAD'), 2),
     'then 0 V for 0.5 s': _package(lambda: _rig_check('HOLD_S'), 1),
     'quiet for 0.5 s': _package(lambda: _env('QUIET_S'), 1),
-    'hard as at 0.2 rad': _package(lambda: _env('RESET_INTEGRAL_LEAST_RAD'), 1),
     'balance held 0.5 s': _package(_swing_up_hold, 1),
     'within 0.5 s and': _package(lambda: _unwrapper('TOLERANCE_S'), 1),
     '0.1 % of the gap': _package(lambda: 100 * _unwrapper('DRIFT'), 1),

@@ -259,12 +259,23 @@ def _check_hanging_still(ticks: _DirectionTicks, rate_hz: float) -> None:
     """Half a second at 0 V: the pendulum must hang still at its zero, or DirectionFault."""
     rest = [ticks.tick(0.0) for _ in range(max(2, round(0.5 * rate_hz)))]
     pend = [p for _, p in rest]
-    if max(pend) - min(pend) > PENDULUM_SWUNG_RAD or abs(pend[-1]) > PENDULUM_AT_REST_RAD:
+    swing = swing_peak_to_peak(pend)
+    if swing > PENDULUM_SWUNG_RAD or abs(float(np.mean(pend))) > PENDULUM_AT_REST_RAD:
         raise DirectionFault(
             f'the pendulum is not hanging still at its zero (it reads {pend[-1]:+.3f} rad, '
-            f'moving {max(pend) - min(pend):.3f} rad): its encoder counts from where it hung '
+            f'swinging {swing:.3f} rad peak to peak): its encoder counts from where it hung '
             'at power-on; let it hang still and power the rig up again'
         )
+
+
+def swing_peak_to_peak(readings: list[float]) -> float:
+    """The peak-to-peak of the sine swing with the readings' spread: 2 sqrt(2) times their std.
+
+    Not max - min: that grows with a noisy encoder's extreme counts (at 1 count of noise,
+    25 readings span 7 counts once in about 600 checks), while the spread of a swing is
+    its amplitude over sqrt(2) and a few counts of noise barely move it.
+    """
+    return 2.0 * math.sqrt(2.0) * float(np.std(readings))
 
 
 def _direction_move(

@@ -6,15 +6,17 @@ round; rig_check talks to it through the real pty, as to a rig on USB.
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from ros2_cli import argv
 
 from rip_control.procs import child_env
-from rip_control.rig_check import expected_signs
+from rip_control.rig_check import PENDULUM_SWUNG_RAD, expected_signs, swing_peak_to_peak
 
 pytestmark = pytest.mark.alone
 
@@ -101,6 +103,21 @@ def test_the_conventions_are_those_of_the_docs():
     # pendulum first swings negative. Pinned here: expected_signs reads them from the
     # dynamics, so a sign flipped there would otherwise pass every test with the emulator.
     assert expected_signs() == (1, -1)
+
+
+def test_a_still_pendulum_read_through_a_noisy_encoder_is_not_taken_for_a_swing():
+    # The stuck rig's encoder noise (1 count std, 2048 counts a turn) over the half second
+    # at rest, 25 readings: max - min passed PENDULUM_SWUNG_RAD once in about 600 checks (a CI
+    # run failed on it); the swing's measure never does, and a real swing still shows.
+    rng = np.random.default_rng(0)
+    count = 2.0 * math.pi / 2048
+    still = np.round(rng.normal(0.0, 1.0, (5000, 25))) * count
+    assert max(np.ptp(still, axis=1)) > PENDULUM_SWUNG_RAD  # the old rule trips on these
+    assert max(swing_peak_to_peak(list(r)) for r in still) < 0.75 * PENDULUM_SWUNG_RAD
+    t = np.arange(25) / 50.0
+    for peak_to_peak in (1.5 * PENDULUM_SWUNG_RAD, 0.3):
+        swing = 0.5 * peak_to_peak * np.sin(2 * math.pi * t / 0.55) + still[0]
+        assert swing_peak_to_peak(list(swing)) > PENDULUM_SWUNG_RAD, peak_to_peak
 
 
 def test_rig_check_direction_says_when_the_arm_does_not_move(start_emulator):

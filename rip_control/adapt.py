@@ -24,7 +24,8 @@ its own (``--help`` lists both); ``ros2 launch rip_control finetune.launch.py ad
    With ``reidentify`` (the default) the physics is identified again from the baseline's
    and the candidate's transitions (``reidentified_rig.yaml``, no rig time). When a
    parameter moved by more than the identification counts as determined and the rig budget
-   has room for another deployment, phases ``2_sim_retrain_again`` and ``2_candidate_again``
+   has room for another deployment (and, where a fine-tune episode would fit after it, the
+   final deployment's reserve too), phases ``2_sim_retrain_again`` and ``2_candidate_again``
    re-train at the new file (warm from the first re-training) and judge that candidate
    against the policy that goes on, by the same rule.
 5. ``3_finetune``, on the rig: SAC fine-tuning from the promoted policy (else the prior),
@@ -428,11 +429,11 @@ def _again(
 
     A second candidate is re-trained (warm from the first re-training) and deployed only when
     a parameter moved (the identification's ``moved``) and the rig budget has room for its
-    deployment besides the final one's reserve, and judged against ``against`` (the deployment
-    of the policy that goes on) by the guard's rule. When what goes on is the first re-trained
-    policy (``replaces_candidate``), the second must also be shown better
-    (:func:`~rip_control.adapting.judging.shown_better`):
-    two re-trainings at nearly the same physics differ by the draw, and within the guard's
+    deployment (:func:`~rip_control.adapting.plan.second_candidate_fits`), and judged
+    against ``against`` (the deployment of the policy that goes on) by the guard's rule.
+    When what goes on is the first re-trained policy (``replaces_candidate``), the second
+    must also be shown better (:func:`~rip_control.adapting.judging.shown_better`): two
+    re-trainings at nearly the same physics differ by the draw, and within the guard's
     margins the second would replace a measured 9.31 s with 8.85 s (the sticky gap rig, seed
     1). Returns what happened (and, when deployed, ``report``). The decision is recorded as
     soon as made; resuming, it is read from the record.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -67,10 +68,28 @@ def test_the_plan_fits_the_deployments_to_the_budget_and_says_what_it_leaves_out
     edge = (ten.compulsory_s + least) / 60.0
     assert _plan(rig_minutes=math.floor(edge * 100) / 100).finetune_s == 0.0
     assert _plan(rig_minutes=math.ceil(edge * 100) / 100).finetune_s > 0.0
-    # A second candidate needs its deployment and the final one's reserve; none is planned
-    # without a second identification.
-    room = (ten.compulsory_s + ten.deployment_s + 1.0) / 60.0  # one deployment, not 2.1
-    assert not _plan(rig_minutes=room).second_candidate
+
+    # A second candidate needs its deployment and, with a fine-tune to follow, the final
+    # one's reserve. Where no fine-tune fits, its own deployment is the final measure: room
+    # for one deployment is enough (the rig time would otherwise go unspent).
+    def second(left_s: float) -> Any:
+        return _plan(rig_minutes=(ten.compulsory_s + left_s) / 60.0)
+
+    dep = ten.deployment_s
+    alone = second(dep + 1.0)
+    assert alone.second_candidate and alone.finetune_s == 0.0
+    assert 'its deployment the final' in '\n'.join(alone.lines())
+    short = second(dep - 1.0)
+    assert not short.second_candidate
+    assert 'not expected to fit: a second candidate (~70 s;' in '\n'.join(short.lines())
+    # A fine-tune fits but not a second deployment besides the final one's reserve: the
+    # fine-tune alone, as planned before.
+    assert least < (1.0 + RESERVE_FACTOR) * dep
+    tuned = second(least + 1.0)
+    assert tuned.finetune_s > 0.0 and not tuned.second_candidate
+    both = second((1.0 + RESERVE_FACTOR) * dep + 1.0)
+    assert both.finetune_s > 0.0 and both.second_candidate
+    # None is planned without a second identification.
     assert not _plan(rig_minutes=10.0, reidentify=False).second_candidate
     # Two minutes: as many episodes as the excitation and two deployments leave room for
     # (three), nothing optional; said before the rig moves.
@@ -543,9 +562,11 @@ def test_the_second_identification_moves_what_the_first_got_wrong(tmp_path, wron
         assert shifted == {}, shifted
 
 
-@pytest.mark.parametrize('case', ['moved', 'still', 'no_room', 'kept_start'])
+@pytest.mark.parametrize(
+    'case', ['moved', 'still', 'no_room', 'kept_start', 'alone', 'before_a_fine_tune']
+)
 def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budget_has_room(
-    loop, monkeypatch, case
+    tmp_path, monkeypatch, case
 ) -> None:
     """The decision around the second identification (its fit: the test above).
 
@@ -590,17 +611,26 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
         return better
 
     monkeypatch.setattr(Adapt, 'deploy', deploy)
+    # The guard off (before_a_fine_tune): a fine-tune episode is cheap enough to fit beside
+    # the final deployment's reserve where a second deployment does not.
+    guard = {'eval_every_episodes': '0'} if case == 'before_a_fine_tune' else {}
+    loop = Adapt(defaults(adapt.OPTIONS), {'runs_dir': str(tmp_path), **guard}, stream=False)
+    # The candidate's deployment: 2 episodes of 10 s in 60 s of rig time (a 20-s reset each).
     loop.phases = [{'phase': PHASES[2], 'rig_seconds': 60.0, 'episodes': [{}, {}]}]
     loop.rig_s = 200.0
-    # Room for another deployment and the final one (RESERVE_FACTOR of it), or just short.
+    # Room for another deployment and the final one (RESERVE_FACTOR of it); where no
+    # fine-tune episode fits after it, room for the deployment alone; or short of either.
     room = (1.0 + budget.RESERVE_FACTOR) * 60.0
-    budget = 200.0 + (room if case != 'no_room' else room - 6.0)
+    left = {'no_room': 60.0 - 6.0, 'alone': 60.0 + 1.0, 'before_a_fine_tune': room - 6.0}
+    rig_budget = 200.0 + left.get(case, room)
+    assert budget.finetune_fits(loop, rig_budget) == (case == 'before_a_fine_tune')
     first = loop.run_dir / run_files.IDENTIFIED_RIG
     against = _report([330.0, 340.0], [0.4, 0.5])
-    done = adapt._again(loop, {}, first, 2, 'identified', 2001, budget, against)
-    if case == 'no_room':
+    done = adapt._again(loop, {}, first, 2, 'identified', 2001, rig_budget, against)
+    if case in ('no_room', 'before_a_fine_tune'):
         assert calls == [] and done['why'].startswith('not run: '), done
-        assert 's of rig time are left' in done['why']
+        need = 'would need 126 s with the final deployment after the fine-tune'
+        assert (need if case == 'before_a_fine_tune' else 'would need 60 s') in done['why']
         return
     assert calls[0] == ('identify', first)
     if case == 'still':

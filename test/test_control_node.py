@@ -435,12 +435,11 @@ def test_real_cpu_starvation_trips_the_watchdog_and_the_late_ticks_transitions_a
     _assert_accounted(col, d)
 
 
-def _weights(version, rate=50.0, hidden=(256, 256), nan=False, scale=1.0, run_id=''):
+def _weights(version, rate=50.0, hidden=(256, 256), nan=False, run_id=''):
     actor = random_actor(OBS_SIZE, ACTION_SIZE, hidden, rate, version=1, seed=version % 2**32)
     tensors = dict(actor.tensors)
     if nan:
         tensors['mu.bias'] = np.full_like(tensors['mu.bias'], np.nan)
-    tensors['mu.weight'] = tensors['mu.weight'] * np.float32(scale)
     meta = PolicyMeta(version, rate, OBS_SIZE, ACTION_SIZE, hidden)
     # Metadata written as a sender writes it: the meta's own check would refuse bad versions.
     tag = {'run_id': run_id} if run_id else {}
@@ -505,17 +504,6 @@ def test_v2_cpu_hog_and_weights_at_10hz_leave_timing_intact(control_rig, ros_nod
     assert versions[-1] > versions[0]
 
 
-def _weights_with_wrong_shape(version):
-    """Metadata says 256x256 layers; the first layer is 256x5 (a broken sender)."""
-    from safetensors.numpy import save
-
-    actor = random_actor(OBS_SIZE, ACTION_SIZE, (256, 256), 50.0, version=version)
-    tensors = dict(actor.tensors)
-    tensors['layers.0.weight'] = np.zeros((256, 5), np.float32)
-    meta = PolicyMeta(version, 50.0, OBS_SIZE, ACTION_SIZE, (256, 256))
-    return save(tensors, metadata=meta.to_metadata())
-
-
 def _weights_for_other_sizes(version):
     actor = random_actor(OBS_SIZE + 1, ACTION_SIZE, (64, 64), 50.0, version=version)
     return encode_actor(
@@ -539,10 +527,13 @@ def test_bad_weights_over_the_topic_are_refused_by_reason_and_the_running_policy
     _active(rig)
     rt_before = rig.rt_pid()
     assert rt_before is not None
+    # Each refused at the node with this node's own rate, sizes, action history, running
+    # version and real-time slot; the reasons decode_actor finds alone (a wrong shape, a
+    # weight beyond the bound, hidden sizes out of bounds, a version jump) are
+    # test_runtime_primitives'. Each case waits for a diagnostics report (1 Hz).
     cases = [
         (_weights(5), None),  # a good one first: the running policy is v5 from here
         (_weights(6, nan=True), 'mu.bias holds non-finite'),
-        (_weights_with_wrong_shape(7), f'has shape (256, 5), expected (256, {OBS_SIZE})'),
         (_weights_for_other_sizes(8), f'obs/action sizes {OBS_SIZE + 1}/{ACTION_SIZE}'),
         (
             _weights_with_action_history(10, 2),
@@ -553,18 +544,9 @@ def test_bad_weights_over_the_topic_are_refused_by_reason_and_the_running_policy
         (_weights(4), 'version 4 is not newer than the running 5'),
         (bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8)), 'safetensors'),
         # Versions the real-time process's int64 status record cannot hold (the first ended
-        # it, the second the node), and one beyond the cap that still packs.
+        # it, the second the node).
         (_weights(2**63), f'version {2**63} is outside 0..{2**24}'),
         (_weights(2**64), f'version {2**64} is outside 0..{2**24}'),
-        (_weights(10**18), 'is outside 0..'),
-        # A jump that would lock the learner's next versions out.
-        (_weights(5 + 10**6 + 1), f'jumps {10**6 + 1} past the running 5; at most {10**6}'),
-        # Finite weights that would overflow float32 on the way to the motor.
-        (
-            _weights(11, scale=1e30),
-            'mu.weight holds a weight of magnitude 6.25e+28, beyond the bound',
-        ),
-        (_weights(12, hidden=(8,) * 5), 'hidden sizes [8, 8, 8, 8, 8] are outside the bounds'),
         # Metadata claiming an actor too large for the real-time slot, with small tensors:
         # refused by its size, so before the tensors are decoded (they would fail by shape).
         (_weights_claiming(13, (2048, 2048)), 'more than the 1048576 the real-time process'),

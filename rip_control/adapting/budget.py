@@ -32,24 +32,8 @@ def finetune_within_budget(
     done = a.replay(PHASES[3])
     if done is not None:
         return done
-    deployment = a.last_deployment()
-    reserve = RESERVE_FACTOR * a.full_deployment_s()
-    left = budget_s - a.rig_s - reserve
-    guard = guard_settings(a)
-    # An episode's cost, its reset included: the last deployment's, for each episode's length.
-    per_deployment = deployment['rig_seconds'] / max(len(deployment['episodes']), 1)
-    reset = per_deployment - float(a.own['deployment_episode_seconds'])
-    training = float(a.control['episode_seconds'])
-    evaluation = float(guard['eval_episode_seconds']) or training
-    per_evaluation = int(guard['eval_episodes']) * (reset + evaluation)
-    # The runner's stop rule prices the next episode at the dearest one so far (RigBudget):
-    # after the guard's baseline, a training episode costs an evaluation episode's.
-    every = int(a.control['eval_every_episodes'])
-    per_episode = reset + (max(training, evaluation) if every > 0 else training)
-    from rip_control.run.supervisor import RigBudget
-
-    lag = RigBudget.REPORT_LAG_S  # the runner's stop rule keeps this margin too
-    if episodes_that_fit(left - lag, per_episode, every, per_evaluation) < 1:
+    left, fits, guard = _finetune_room(a, budget_s)
+    if not fits:
         a.log(f'fine-tune: {max(left, 0):.0f} s of rig time left: not one episode fits')
         return {}
     a.log(
@@ -76,6 +60,38 @@ def finetune_within_budget(
         if e.get('verdict') != 'pending':
             a.log(f'fine-tune: evaluation of v{e.get("policy_version")}: {e.get("verdict")}')
     return fine
+
+
+def finetune_fits(a: Adapt, budget_s: float) -> bool:
+    """Whether one fine-tune episode, with the guard's baseline and the final reserve, fits now."""
+    return _finetune_room(a, budget_s)[1]
+
+
+def _finetune_room(a: Adapt, budget_s: float) -> tuple[float, bool, dict[str, Any]]:
+    """The fine-tune's rig time, whether an episode fits it, and the guard's settings.
+
+    The rig time is the budget's rest less the final deployment's reserve; an episode fits
+    when one training episode with the guard's baseline evaluation does. Priced at the last
+    deployment's rig time per episode, as the runner's stop rule will.
+    """
+    deployment = a.last_deployment()
+    reserve = RESERVE_FACTOR * a.full_deployment_s()
+    left = budget_s - a.rig_s - reserve
+    guard = guard_settings(a)
+    # An episode's cost, its reset included: the last deployment's, for each episode's length.
+    per_deployment = deployment['rig_seconds'] / max(len(deployment['episodes']), 1)
+    reset = per_deployment - float(a.own['deployment_episode_seconds'])
+    training = float(a.control['episode_seconds'])
+    evaluation = float(guard['eval_episode_seconds']) or training
+    per_evaluation = int(guard['eval_episodes']) * (reset + evaluation)
+    # The runner's stop rule prices the next episode at the dearest one so far (RigBudget):
+    # after the guard's baseline, a training episode costs an evaluation episode's.
+    every = int(a.control['eval_every_episodes'])
+    per_episode = reset + (max(training, evaluation) if every > 0 else training)
+    from rip_control.run.supervisor import RigBudget
+
+    lag = RigBudget.REPORT_LAG_S  # the runner's stop rule keeps this margin too
+    return left, episodes_that_fit(left - lag, per_episode, every, per_evaluation) >= 1, guard
 
 
 def plan_for(a: Adapt) -> Plan:

@@ -8,7 +8,8 @@ import sys
 from typing import Any
 
 from rip_control import run_files
-from rip_control.adapting.plan import RESERVE_FACTOR
+from rip_control.adapting.budget import finetune_fits
+from rip_control.adapting.plan import RESERVE_FACTOR, second_candidate_fits
 from rip_control.adapting.record import IDENTIFICATION, PHASES, REIDENTIFICATION, Adapt
 from rip_control.files import atomic_write_bytes
 
@@ -124,11 +125,14 @@ def retrain(
 def identify_again(a: Adapt, opts: dict[str, Any], first: Path, budget_s: float) -> dict[str, Any]:
     """The second identification, if the budget has room for a second candidate; recorded."""
     done: dict[str, Any] = {'identified': None, 'moved': None, 'retrain': None, 'candidate': None}
-    needed = (1.0 + RESERVE_FACTOR) * a.full_deployment_s()
-    if budget_s - a.rig_s < needed:
+    follows = finetune_fits(a, budget_s)
+    deployment_s = a.full_deployment_s()
+    if not second_candidate_fits(budget_s - a.rig_s, deployment_s, follows):
+        needed = ((1.0 + RESERVE_FACTOR) if follows else 1.0) * deployment_s
         done['why'] = (
             f'not run: {max(budget_s - a.rig_s, 0):.0f} s of rig time are left, and a second '
-            f'candidate would need {needed:.0f} s with the final deployment'
+            f'candidate would need {needed:.0f} s'
+            + (' with the final deployment after the fine-tune' if follows else '')
         )
         a.log(f'identification again: {done["why"]}')
         a.note(REIDENTIFICATION, done)

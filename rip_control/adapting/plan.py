@@ -34,6 +34,16 @@ MAX_DEPLOYMENT_EPISODES = 5
 """A deployment's episodes when the budget has room (``deployment_episodes:=0``)."""
 
 
+def second_candidate_fits(left_s: float, deployment_s: float, finetune_follows: bool) -> bool:
+    """Whether a second candidate's deployment fits ``left_s`` of rig time.
+
+    With a fine-tune to follow, the final deployment's reserve must fit after it. Without one,
+    its own deployment is the final measure of whatever goes on (the better candidate, by the
+    guard's rule), and the rig time it uses would otherwise be left unspent.
+    """
+    return left_s >= ((1.0 + RESERVE_FACTOR) if finetune_follows else 1.0) * deployment_s
+
+
 @dataclass(frozen=True)
 class Plan:
     """The rig time each phase is planned to take, s, and what fits.
@@ -45,8 +55,8 @@ class Plan:
     :param finetune_least_s: the least a fine-tune on the rig needs: the guard's baseline
         evaluation, one training episode and the final deployment's reserve
         (:data:`RESERVE_FACTOR` deployments, as the fine-tune reserves it).
-    :param second_candidate: a second candidate's deployment is expected to fit, with the
-        final deployment's reserve (if identifying again moves the physics).
+    :param second_candidate: a second candidate's deployment is expected to fit (if
+        identifying again moves the physics): :func:`second_candidate_fits`.
     :param finetune_s: the fine-tune's expected share, the final deployment's reserve left
         out (0: not expected to fit); a second candidate, if one runs, is paid from it. The
         optional phases are decided later, at the rig time each deployment measured.
@@ -78,13 +88,17 @@ class Plan:
         out.append(f'  baseline deployment ({each}) ~{self.deployment_s:.0f} s')
         out.append(f'  candidate deployment ({each}) ~{self.deployment_s:.0f} s')
         left = self.budget_s - self.compulsory_s
-        again_s = (1.0 + RESERVE_FACTOR) * self.deployment_s
         if self.second_candidate:
-            out.append(f'  a second candidate (if the physics moves) ~{self.deployment_s:.0f} s')
-        else:
             out.append(
-                f'  not expected to fit: a second candidate (~{again_s:.0f} s with the final '
-                f"deployment's reserve; {max(left, 0):.0f} s left)"
+                f'  a second candidate (if the physics moves) ~{self.deployment_s:.0f} s'
+                + ('' if self.finetune_s else ': with no fine-tune, its deployment the final')
+            )
+        else:
+            again_s = (1.0 + RESERVE_FACTOR) * self.deployment_s
+            out.append(
+                f'  not expected to fit: a second candidate (~{self.deployment_s:.0f} s; '
+                f"~{again_s:.0f} s with the final deployment's reserve; {max(left, 0):.0f} s "
+                'left)'
             )
         if self.finetune_s:
             out.append(
@@ -135,12 +149,13 @@ def make_plan(
     guard_s = eval_episodes * per_episode
     final_s = RESERVE_FACTOR * deployment_s
     finetune_least_s = guard_s + training_s + final_s
+    finetune_s = left - final_s if left >= finetune_least_s else 0.0
     return Plan(
         budget_s=budget_s,
         excitation_s=excitation,
         episodes=episodes,
         deployment_s=deployment_s,
         finetune_least_s=finetune_least_s,
-        second_candidate=again and left >= (1.0 + RESERVE_FACTOR) * deployment_s,
-        finetune_s=left - final_s if left >= finetune_least_s else 0.0,
+        second_candidate=again and second_candidate_fits(left, deployment_s, finetune_s > 0),
+        finetune_s=finetune_s,
     )

@@ -142,8 +142,12 @@ def test_a_second_emulator_on_a_served_link_is_refused_and_the_first_serves_on(
     assert os.readlink(first.link) == served
     with LowLevelClient(str(first.link)) as client:
         assert client.get_state().timestamp_us > 0  # the first still answers there
-    # The claim ends with its holder, however it ends: the link is free again.
+    # The claim ends with its holder, however it ends: the link is free again. The Python
+    # firmware's clean stop also removes the lock's file (one per link name would pile up).
+    lock = first.link.with_name(f'.{first.link.name}.lock')
+    assert lock.exists()
     first.stop()
+    assert lock.exists() == (firmware == 'c')
     again = start_emulator()
     assert again.link == first.link and os.readlink(again.link) == again.device
 

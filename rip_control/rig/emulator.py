@@ -447,20 +447,42 @@ def claim_link(link: Path) -> int:
 
     A second emulator (or host firmware) on the same link is refused instead of silently
     taking it over from a live one, which a client already talking to it would not notice.
-    The lock goes with the process, however it ends; the file stays (removing it would race
-    a newer emulator's claim).
+    The lock goes with the process, however it ends. :func:`release_link` removes the file
+    while still holding it; a claim that locked a file so removed (opened just before) finds
+    it no longer at the path and claims afresh. (The C host firmware, which inherits the
+    lock, leaves its file: the next claim of that link takes it over.)
     """
-    lock = link.with_name(f'.{link.name}.lock')
-    fd = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o644)
+    lock = _lock_path(link)
+    while True:
+        fd = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LinkInUse(
+                f'{link} is served by a running emulator (it holds {lock}): stop it first, or '
+                'pass another --link'
+            ) from None
+        try:
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # its holder removed it as we locked it: claim the file there now
+
+
+def release_link(link: Path, fd: int) -> None:
+    """End :func:`claim_link`'s claim: its file removed (no ``.lock`` per run piles up)."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        os.unlink(_lock_path(link))
+    except FileNotFoundError:
+        pass
+    finally:
         os.close(fd)
-        raise LinkInUse(
-            f'{link} is served by a running emulator (it holds {lock}): stop it first, or '
-            'pass another --link'
-        ) from None
-    return fd
+
+
+def _lock_path(link: Path) -> Path:
+    return link.with_name(f'.{link.name}.lock')
 
 
 def _make_link(link: Path, device: str) -> None:
@@ -585,6 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         firmware.power_down()
         _remove_link(link, device)
+        release_link(link, claim)
         os.close(master)
         os.close(slave)
     _print_line(

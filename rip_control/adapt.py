@@ -24,10 +24,10 @@ its own (``--help`` lists both); ``ros2 launch rip_control finetune.launch.py ad
    With ``reidentify`` (the default) the physics is identified again from the baseline's
    and the candidate's transitions (``reidentified_rig.yaml``, no rig time). When a
    parameter moved by more than the identification counts as determined and the rig budget
-   has room for another deployment (and, where a fine-tune episode would fit after it, the
-   final deployment's reserve too), phases ``2_sim_retrain_again`` and ``2_candidate_again``
-   re-train at the new file (warm from the first re-training) and judge that candidate
-   against the policy that goes on, by the same rule.
+   has room for another deployment that takes no fine-tune's place, phases
+   ``2_sim_retrain_again`` and ``2_candidate_again`` re-train at the new file (warm from
+   the first re-training) and judge that candidate against the policy that goes on, by the
+   same rule.
 5. ``3_finetune``, on the rig: SAC fine-tuning from the promoted policy (else the prior),
    its critics and the identified simulation's data (prior data) with it, the node's own
    guard on; its training episodes fill the rig-time budget that is left.

@@ -259,10 +259,10 @@ def _check_hanging_still(ticks: _DirectionTicks, rate_hz: float) -> None:
     """Half a second at 0 V: the pendulum must hang still at its zero, or DirectionFault."""
     rest = [ticks.tick(0.0) for _ in range(max(2, round(0.5 * rate_hz)))]
     pend = [p for _, p in rest]
-    swing = swing_peak_to_peak(pend)
-    if swing > PENDULUM_SWUNG_RAD or abs(float(np.mean(pend))) > PENDULUM_AT_REST_RAD:
+    swing, mean = swing_peak_to_peak(pend), float(np.mean(pend))
+    if swing > PENDULUM_SWUNG_RAD or abs(mean) > PENDULUM_AT_REST_RAD:
         raise DirectionFault(
-            f'the pendulum is not hanging still at its zero (it reads {pend[-1]:+.3f} rad, '
+            f'the pendulum is not hanging still at its zero (it reads {mean:+.3f} rad, '
             f'swinging {swing:.3f} rad peak to peak): its encoder counts from where it hung '
             'at power-on; let it hang still and power the rig up again'
         )

@@ -69,26 +69,32 @@ def test_the_plan_fits_the_deployments_to_the_budget_and_says_what_it_leaves_out
     assert _plan(rig_minutes=math.floor(edge * 100) / 100).finetune_s == 0.0
     assert _plan(rig_minutes=math.ceil(edge * 100) / 100).finetune_s > 0.0
 
-    # A second candidate needs its deployment and, with a fine-tune to follow, the final
-    # one's reserve. Where no fine-tune fits, its own deployment is the final measure: room
-    # for one deployment is enough (the rig time would otherwise go unspent).
+    # A second candidate needs room for its deployment, and must not take a fine-tune's
+    # place. Where no fine-tune fits, its own deployment is the final measure: room for one
+    # deployment is enough (the rig time would otherwise go unspent).
     def second(left_s: float) -> Any:
         return _plan(rig_minutes=(ten.compulsory_s + left_s) / 60.0)
 
+    def said(plan: Any) -> str:
+        return '\n'.join(plan.lines())
+
     dep = ten.deployment_s
+    assert dep < least
     alone = second(dep + 1.0)
     assert alone.second_candidate and alone.finetune_s == 0.0
-    assert 'its deployment the final' in '\n'.join(alone.lines())
+    assert 'its deployment the final' in said(alone)
     short = second(dep - 1.0)
     assert not short.second_candidate
-    assert 'not expected to fit: a second candidate (~70 s;' in '\n'.join(short.lines())
-    # A fine-tune fits but not a second deployment besides the final one's reserve: the
-    # fine-tune alone, as planned before.
-    assert least < (1.0 + RESERVE_FACTOR) * dep
-    tuned = second(least + 1.0)
-    assert tuned.finetune_s > 0.0 and not tuned.second_candidate
-    both = second((1.0 + RESERVE_FACTOR) * dep + 1.0)
+    assert 'not expected to fit: a second candidate (~70 s: 69 s left)' in said(short)
+    # Room for a fine-tune, but not for one after a second deployment: the fine-tune alone
+    # (before, at 2.1 deployments and more, the second candidate ran and no fine-tune fitted
+    # after it: the final deployment's reserve went unspent).
+    for tuned in (second(least + 1.0), second(dep + least - 1.0)):
+        assert tuned.finetune_s > 0.0 and not tuned.second_candidate
+        assert "a second candidate (~70 s: it would take the fine-tune's place" in said(tuned)
+    both = second(dep + least + 1.0)
     assert both.finetune_s > 0.0 and both.second_candidate
+    assert 'less a second candidate, if one runs' in said(both)
     # None is planned without a second identification.
     assert not _plan(rig_minutes=10.0, reidentify=False).second_candidate
     # Two minutes: as many episodes as the excitation and two deployments leave room for
@@ -563,7 +569,16 @@ def test_the_second_identification_moves_what_the_first_got_wrong(tmp_path, wron
 
 
 @pytest.mark.parametrize(
-    'case', ['moved', 'still', 'no_room', 'kept_start', 'alone', 'before_a_fine_tune']
+    'case',
+    [
+        'moved',
+        'still',
+        'no_room',
+        'kept_start',
+        'alone',
+        'before_a_fine_tune',
+        'beside_a_fine_tune',
+    ],
 )
 def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budget_has_room(
     tmp_path, monkeypatch, case
@@ -611,26 +626,39 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
         return better
 
     monkeypatch.setattr(Adapt, 'deploy', deploy)
-    # The guard off (before_a_fine_tune): a fine-tune episode is cheap enough to fit beside
-    # the final deployment's reserve where a second deployment does not.
-    guard = {'eval_every_episodes': '0'} if case == 'before_a_fine_tune' else {}
+    # With the guard on (the default) no fine-tune fits here: its baseline evaluation alone
+    # (3 episodes of 30 s, resets included) is more than what is left. With it off (the
+    # *_fine_tune cases) a training episode and the final deployment's reserve (66 s) fit
+    # in 93 s.
+    tunes = case in ('before_a_fine_tune', 'beside_a_fine_tune')
+    guard = {'eval_every_episodes': '0'} if tunes else {}
     loop = Adapt(defaults(adapt.OPTIONS), {'runs_dir': str(tmp_path), **guard}, stream=False)
     # The candidate's deployment: 2 episodes of 10 s in 60 s of rig time (a 20-s reset each).
     loop.phases = [{'phase': PHASES[2], 'rig_seconds': 60.0, 'episodes': [{}, {}]}]
     loop.rig_s = 200.0
-    # Room for another deployment and the final one (RESERVE_FACTOR of it); where no
-    # fine-tune episode fits after it, room for the deployment alone; or short of either.
-    room = (1.0 + budget.RESERVE_FACTOR) * 60.0
-    left = {'no_room': 60.0 - 6.0, 'alone': 60.0 + 1.0, 'before_a_fine_tune': room - 6.0}
-    rig_budget = 200.0 + left.get(case, room)
-    assert budget.finetune_fits(loop, rig_budget) == (case == 'before_a_fine_tune')
+    # Room for another deployment (60 s) with no fine-tune to make room for, or just above
+    # it, or just short; with a fine-tune that fits, room for it after a second deployment,
+    # or not (then the fine-tune goes alone).
+    left = {
+        'no_room': 60.0 - 6.0,
+        'alone': 60.0 + 1.0,
+        'before_a_fine_tune': 120.0,
+        'beside_a_fine_tune': 60.0 + 120.0,
+    }.get(case, 126.0)
+    rig_budget = 200.0 + left
+    assert budget.finetune_fits(loop, rig_budget) == tunes
+    assert budget.finetune_fits(loop, rig_budget - 60.0) == (case == 'beside_a_fine_tune')
     first = loop.run_dir / run_files.IDENTIFIED_RIG
     against = _report([330.0, 340.0], [0.4, 0.5])
     done = adapt._again(loop, {}, first, 2, 'identified', 2001, rig_budget, against)
     if case in ('no_room', 'before_a_fine_tune'):
         assert calls == [] and done['why'].startswith('not run: '), done
-        need = 'would need 126 s with the final deployment after the fine-tune'
-        assert (need if case == 'before_a_fine_tune' else 'would need 60 s') in done['why']
+        need = {
+            'no_room': 'a second candidate would need 60 s',
+            'before_a_fine_tune': "a second candidate's 60 s would leave no room for the "
+            'fine-tune that fits them',
+        }[case]
+        assert need in done['why'], done['why']
         return
     assert calls[0] == ('identify', first)
     if case == 'still':

@@ -11,8 +11,9 @@ import pytest
 from rip_control.rig.emulator import LinkInUse, claim_link, release_link
 
 
+@pytest.mark.parametrize('then', ['removed', 'replaced'])
 def test_a_link_claim_is_released_with_its_file_and_one_on_a_removed_file_claims_afresh(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, then
 ):
     link = tmp_path / 'rig'
     lock = tmp_path / '.rig.lock'
@@ -22,9 +23,12 @@ def test_a_link_claim_is_released_with_its_file_and_one_on_a_removed_file_claims
     release_link(link, held)
     assert not lock.exists()
     # A claim that opened the file just before its holder removed it: it locks a file no
-    # longer at the path, and must claim the one there instead (else two would hold "it").
+    # longer at the path, and must claim the one there instead (else two would hold "it"),
+    # whether none is there yet or another claim has made one already.
     stale = os.open(lock, os.O_RDONLY | os.O_CREAT)
     os.unlink(lock)
+    if then == 'replaced':
+        lock.touch()
     opened = os.open
     calls = []
 

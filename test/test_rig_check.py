@@ -7,6 +7,7 @@ round; rig_check talks to it through the real pty, as to a rig on USB.
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 import time
@@ -16,7 +17,13 @@ import pytest
 from ros2_cli import argv
 
 from rip_control.procs import child_env
-from rip_control.rig_check import PENDULUM_SWUNG_RAD, expected_signs, swing_peak_to_peak
+from rip_control.rig_check import (
+    PENDULUM_SWUNG_RAD,
+    DirectionFault,
+    _check_hanging_still,
+    expected_signs,
+    swing_peak_to_peak,
+)
 
 pytestmark = pytest.mark.alone
 
@@ -118,6 +125,25 @@ def test_a_still_pendulum_read_through_a_noisy_encoder_is_not_taken_for_a_swing(
     for peak_to_peak in (1.5 * PENDULUM_SWUNG_RAD, 0.3):
         swing = 0.5 * peak_to_peak * np.sin(2 * math.pi * t / 0.55) + still[0]
         assert swing_peak_to_peak(list(swing)) > PENDULUM_SWUNG_RAD, peak_to_peak
+    # The check as rig_check runs it, half a second of readings at 50 Hz: the noisiest still
+    # readings pass; a swing, or a pendulum hanging off its zero, is refused by name.
+    worst = still[int(np.argmax(np.ptp(still, axis=1)))]
+    _check_hanging_still(_Readings(worst), 50.0)
+    for readings, reads in ((swing, r'reads [+-]0\.0\d\d rad'), (worst + 0.15, r'reads \+0\.15')):
+        with pytest.raises(DirectionFault, match='not hanging still at its zero') as info:
+            _check_hanging_still(_Readings(readings), 50.0)
+        assert re.search(reads, str(info.value)), info.value
+
+
+class _Readings:
+    """rig_check's ticks, reading the pendulum angles given (the arm at 0)."""
+
+    def __init__(self, pendulum: np.ndarray) -> None:
+        self.left = list(pendulum)
+
+    def tick(self, voltage: float) -> tuple[float, float]:
+        assert voltage == 0.0
+        return 0.0, float(self.left.pop(0))
 
 
 def test_rig_check_direction_says_when_the_arm_does_not_move(start_emulator):

@@ -9,7 +9,7 @@ from typing import Any
 
 from rip_control import run_files
 from rip_control.adapting.budget import finetune_fits
-from rip_control.adapting.plan import RESERVE_FACTOR, second_candidate_fits
+from rip_control.adapting.plan import second_candidate_fits
 from rip_control.adapting.record import IDENTIFICATION, PHASES, REIDENTIFICATION, Adapt
 from rip_control.files import atomic_write_bytes
 
@@ -125,14 +125,14 @@ def retrain(
 def identify_again(a: Adapt, opts: dict[str, Any], first: Path, budget_s: float) -> dict[str, Any]:
     """The second identification, if the budget has room for a second candidate; recorded."""
     done: dict[str, Any] = {'identified': None, 'moved': None, 'retrain': None, 'candidate': None}
-    follows = finetune_fits(a, budget_s)
-    deployment_s = a.full_deployment_s()
-    if not second_candidate_fits(budget_s - a.rig_s, deployment_s, follows):
-        needed = ((1.0 + RESERVE_FACTOR) if follows else 1.0) * deployment_s
-        done['why'] = (
-            f'not run: {max(budget_s - a.rig_s, 0):.0f} s of rig time are left, and a second '
-            f'candidate would need {needed:.0f} s'
-            + (' with the final deployment after the fine-tune' if follows else '')
+    left, deployment_s = budget_s - a.rig_s, a.full_deployment_s()
+    now, after = finetune_fits(a, budget_s), finetune_fits(a, budget_s - deployment_s)
+    if not second_candidate_fits(left, deployment_s, now, after):
+        done['why'] = f'not run: {max(left, 0):.0f} s of rig time are left, and ' + (
+            f'a second candidate would need {deployment_s:.0f} s'
+            if left < deployment_s
+            else f"a second candidate's {deployment_s:.0f} s would leave no room for the "
+            'fine-tune that fits them'
         )
         a.log(f'identification again: {done["why"]}')
         a.note(REIDENTIFICATION, done)

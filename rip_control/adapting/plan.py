@@ -34,14 +34,17 @@ MAX_DEPLOYMENT_EPISODES = 5
 """A deployment's episodes when the budget has room (``deployment_episodes:=0``)."""
 
 
-def second_candidate_fits(left_s: float, deployment_s: float, finetune_follows: bool) -> bool:
-    """Whether a second candidate's deployment fits ``left_s`` of rig time.
+def second_candidate_fits(
+    left_s: float, deployment_s: float, finetune_now: bool, finetune_after: bool
+) -> bool:
+    """Whether a second candidate's deployment goes into ``left_s`` of rig time.
 
-    With a fine-tune to follow, the final deployment's reserve must fit after it. Without one,
-    its own deployment is the final measure of whatever goes on (the better candidate, by the
-    guard's rule), and the rig time it uses would otherwise be left unspent.
+    It must fit, and must not take the place of a fine-tune: it runs where no fine-tune
+    (with the final deployment's reserve) fits now, its own deployment then the final
+    measure of whatever goes on (rig time otherwise left unspent), or where one still fits
+    after it (``finetune_after``: in ``left_s`` less its deployment).
     """
-    return left_s >= ((1.0 + RESERVE_FACTOR) if finetune_follows else 1.0) * deployment_s
+    return left_s >= deployment_s and (not finetune_now or finetune_after)
 
 
 @dataclass(frozen=True)
@@ -58,8 +61,9 @@ class Plan:
     :param second_candidate: a second candidate's deployment is expected to fit (if
         identifying again moves the physics): :func:`second_candidate_fits`.
     :param finetune_s: the fine-tune's expected share, the final deployment's reserve left
-        out (0: not expected to fit); a second candidate, if one runs, is paid from it. The
-        optional phases are decided later, at the rig time each deployment measured.
+        out (0: not expected to fit); a second candidate, if one runs beside a fine-tune, is
+        paid from it. The optional phases are decided later, at the rig time each deployment
+        measured.
     """
 
     budget_s: float
@@ -94,11 +98,10 @@ class Plan:
                 + ('' if self.finetune_s else ': with no fine-tune, its deployment the final')
             )
         else:
-            again_s = (1.0 + RESERVE_FACTOR) * self.deployment_s
+            why = "it would take the fine-tune's place; " if left >= self.deployment_s else ''
             out.append(
-                f'  not expected to fit: a second candidate (~{self.deployment_s:.0f} s; '
-                f"~{again_s:.0f} s with the final deployment's reserve; {max(left, 0):.0f} s "
-                'left)'
+                f'  not expected to fit: a second candidate (~{self.deployment_s:.0f} s: '
+                f'{why}{max(left, 0):.0f} s left)'
             )
         if self.finetune_s:
             out.append(
@@ -156,6 +159,9 @@ def make_plan(
         episodes=episodes,
         deployment_s=deployment_s,
         finetune_least_s=finetune_least_s,
-        second_candidate=again and second_candidate_fits(left, deployment_s, finetune_s > 0),
+        second_candidate=again
+        and second_candidate_fits(
+            left, deployment_s, left >= finetune_least_s, left - deployment_s >= finetune_least_s
+        ),
         finetune_s=finetune_s,
     )

@@ -568,6 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     # whenever it comes; before READY too (the serving loop then returns at once).
     stop = StopSignals().install()
     args = build_arg_parser().parse_args(argv)
+    link = Path(args.link)
     try:
         params, gap = load_rig(args.params) if args.params else (PendulumParams(), None)
         if gap is not None and args.firmware == 'c':
@@ -576,21 +577,28 @@ def main(argv: list[str] | None = None) -> int:
         check_options(args)
         if args.check:
             return 0
-        claim = claim_link(Path(args.link))
+        claim = claim_link(link)
+    except (ValueError, OSError, TypeError) as exc:
+        print(f'rig_emulator: error: {exc}', file=sys.stderr)
+        return 2
+    try:
         if args.firmware == 'c':
             from rip_control.rig.host_firmware import exec_host_firmware
 
             if stop.requested:  # stopped before it started: nothing to serve, nothing to undo
+                release_link(link, claim)
                 return 0
             os.set_inheritable(claim, True)  # the lock lives on in the C program
-            return exec_host_firmware(args, params)
+            status = exec_host_firmware(args, params)  # returns only if it did not start
+            release_link(link, claim)
+            return status
         on_event = _event_sink(args.events, args.events_file)
+        master, slave, device = _open_pty()
     except (ValueError, OSError, TypeError) as exc:
+        release_link(link, claim)
         print(f'rig_emulator: error: {exc}', file=sys.stderr)
         return 2
 
-    master, slave, device = _open_pty()
-    link = Path(args.link)
     rt_note = try_realtime(args.rt_priority, cpu=args.cpu if args.cpu >= 0 else None)
     start = time.monotonic()
     firmware = _build_firmware(args, params, gap, start)

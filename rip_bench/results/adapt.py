@@ -215,9 +215,8 @@ BUDGET = (
     'adapt_budget2_qube_servo2_seed0.json',
     'adapt_budget2_heavy_seed0.json',
     *(f'adapt_budget4_gap_sticky_seed{s}.json' for s in (0, 1, 2)),
-    'adapt_budget4_gap_laggy_seed0.json',
-    'adapt_budget4_gap_laggy_seed1.json',
-    'adapt_budget4_gap_heavy_tip_seed0.json',
+    *(f'adapt_budget4_gap_laggy_seed{s}.json' for s in (0, 1, 2)),
+    *(f'adapt_budget4_gap_heavy_tip_seed{s}.json' for s in (0, 1, 2)),
 )
 TEN_MINUTES = {
     'stuck': ADAPT_K2['stuck'],
@@ -226,7 +225,7 @@ TEN_MINUTES = {
     'heavy': ADAPT_K2['heavy'],
     'gap_sticky': ('adapt_gap_sticky_seed0.json', 'adapt_gap_sticky_seed1.json'),
     'gap_laggy': ('adapt_gap_laggy_seed0.json',),
-    'gap_heavy_tip': ('adapt_gap_heavy_tip_seed0.json',),
+    'gap_heavy_tip': tuple(f'adapt_gap_heavy_tip_seed{s}.json' for s in (0, 1, 2)),
 }
 
 
@@ -238,8 +237,28 @@ def _budget_setup(r: Records) -> str:
         '(as many 10-s episodes each as fit) and leaves the rest out. What the run deployed is '
         "then measured again, 5 x 10 s from hanging on the same rig (the record's `check`, "
         "not counted as the run's rig time): the goal's measure, whatever the budget let the "
-        "run's own deployments hold. Beside each rig its 10-minute records (the same seeds; on "
-        'gap_laggy seed 0 alone; earlier commits: the reset before the braking one).'
+        "run's own deployments hold. Beside each rig its 10-minute records (the same seeds "
+        'where there are; earlier commits: the reset before the braking one). Where identifying '
+        'again moves the physics, a second candidate runs if its deployment fits and takes no '
+        "fine-tune's place (`reidentification` in the record)."
+    )
+
+
+def _second_candidates(runs: list[dict[str, Any]]) -> str:
+    """What identifying again did, over the runs that tried it."""
+    tried = [d for d in runs if (d.get('reidentification') or {}).get('identified')]
+    if not tried:
+        return ''
+    deployed = [d for d in tried if d['reidentification'].get('candidate')]
+    return (
+        f'Identified again in {_of(len(tried), len(runs))} runs; a second candidate deployed '
+        f'in {len(deployed)}'
+        + ''.join(
+            f'; {_rig_key(d)} (seed {d["seed"]}): {c["balance_s"]:.2f} s, {c["verdict"]}'
+            for d in deployed
+            for c in (d['reidentification']['candidate'],)
+        )
+        + '. '
     )
 
 
@@ -303,6 +322,7 @@ def _budget_conclusion(r: Records) -> str:
             for d in runs
             if d['candidate']['verdict'] == 'rejected'
         )
+        + _second_candidates(runs)
         + 'Resets are '
         f'{_span(resets, 0)} % of the rig time (the goal: {100 * RESET_SHARE:.0f} % at most). '
         f'The wall time is {_span(walls, 1)} minutes, on the stuck rig {_span(stuck, 1)} (the '

@@ -113,10 +113,12 @@ def select_terms(
         log(f'  term {left[i].name} kept: held-out cost {cost:.5g}')
     for name, v in verdicts.items():
         v['kept'] = any(t.fitted.name == name for t in kept)
+        # (a term that passed yet was not kept: the time limit ended the rounds first)
+        why = v['why'] or 'the time limit ended the selection first'
         log(
             f'  term {v["term"]} ({name}={v["value"]:.4g}): held-out cost '
             f'{v["held_out_cost_without"]:.5g} -> {v["held_out_cost_with"]:.5g}: '
-            + ('kept' if v['kept'] else 'left out')
+            + ('kept' if v['kept'] else f'left out ({why})')
         )
     selection = _selection(verdicts, kept, best, base_res, held_win, prior, log)
     return selection, kept, best, evaluations
@@ -126,14 +128,23 @@ def _verdict(term: Term, candidate: PendulumParams, cost: float, held: float) ->
     """A term's trial: its value, the held-out cost without and with it, whether it passes."""
     name = term.fitted.name
     size = abs(getattr(candidate, name) - getattr(PendulumParams(), name))
+    # Better predictions, and an effect the data tells from none: a value within its
+    # resolution of neutral would only let the other parameters move.
+    better = held < (1.0 - TERM_GAIN) * cost
+    seen = size > term.fitted.resolution
     return {
         'term': term.name,
         'value': float(getattr(candidate, name)),
         'held_out_cost_without': cost,
         'held_out_cost_with': held,
-        # Better predictions, and an effect the data tells from none: a value within its
-        # resolution of neutral would only let the other parameters move.
-        'passes': held < (1.0 - TERM_GAIN) * cost and size > term.fitted.resolution,
+        'passes': better and seen,
+        'why': (
+            f'lowers the held-out cost by less than {100 * TERM_GAIN:g} %'
+            if not better
+            else f'within its resolution ({term.fitted.resolution:g}) of neutral'
+            if not seen
+            else ''
+        ),
     }
 
 

@@ -318,3 +318,24 @@ def test_a_dead_zone_that_passes_one_direction_sooner_is_kept_by_the_held_out_wi
     base, chosen = sel['base_held_out_rms_rad'], sel['held_out_rms_rad']
     assert max(chosen.values()) < 0.8 * max(base.values())
     assert sel['expect_gap'] and sel['randomization_scale'] > 1.0
+
+
+def test_a_term_left_out_says_why() -> None:
+    """Not better by TERM_GAIN, or better with a value the data cannot tell from neutral."""
+    from rip_learner.ident_model import TERM_GAIN, TERMS
+    from rip_learner.ident_terms import _verdict
+
+    lag = next(t for t in TERMS if t.fitted.name == 'actuator_lag_s')
+    cost = 1.0
+    near = (1.0 - 0.5 * TERM_GAIN) * cost  # better, by less than TERM_GAIN
+    far = (1.0 - 2.0 * TERM_GAIN) * cost
+
+    def verdict(lag_s: float, held: float) -> dict:
+        return _verdict(lag, replace(PendulumParams(), actuator_lag_s=lag_s), cost, held)
+
+    small = verdict(0.005, near)
+    assert not small['passes'] and small['why'] == 'lowers the held-out cost by less than 3 %'
+    unseen = verdict(0.5 * lag.fitted.resolution, far)
+    assert not unseen['passes'] and unseen['why'] == 'within its resolution (0.002) of neutral'
+    kept = verdict(0.005, far)
+    assert kept['passes'] and kept['why'] == ''

@@ -168,13 +168,18 @@ class Running:
                 self._cond.wait(min(left, 0.5))
 
     def stop(self, sig: int = signal.SIGINT) -> int:
+        """Signal it; its exit status once it has ended and its last lines are read."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
-            return self.proc.wait(timeout=30)
+            status = self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             pytest.fail('did not stop on a signal:\n' + ''.join(self.lines))
+        # Its exit can come before the reader has taken the last line it wrote (a CI run
+        # missed the C firmware's "stopped after"): the pipe ends once nothing holds it.
+        self._reader.join(timeout=10)
+        return status
 
     @property
     def text(self) -> str:

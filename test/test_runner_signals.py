@@ -43,8 +43,18 @@ class Runner:
             stderr=subprocess.STDOUT,
             text=True,
         )
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         Runner.started.append(self)
+
+    def ended(self, timeout_s: float) -> int:
+        """Its exit status once it has ended and its last lines are read.
+
+        (Its exit can come before the reader has taken the last lines it wrote.)
+        """
+        code = self.proc.wait(timeout=timeout_s)
+        self._reader.join(timeout=10)
+        return code
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -93,7 +103,7 @@ def test_a_signal_right_after_the_announcement_ends_the_runner_cleanly_every_tim
         assert runner.announced.wait(30), runner.text
         time.sleep(delay)  # the moment, not a synchronisation
         runner.proc.send_signal(sig)
-        code = runner.proc.wait(timeout=90)
+        code = runner.ended(90)
         assert code == 130, (i, sig, runner.text)
         assert 'Traceback' not in runner.text, (i, sig, runner.text)
         _no_process_left(run_dir)
@@ -120,7 +130,7 @@ def test_a_second_ctrl_c_during_the_ordered_stop_does_not_abort_it(tmp_path):
         if runner.proc.poll() is not None:
             break
         runner.proc.send_signal(signal.SIGINT)
-    code = runner.proc.wait(timeout=90)
+    code = runner.ended(90)
     text = ''.join(runner.lines)
     assert code == 130, runner.text
     assert 'Traceback' not in text, runner.text

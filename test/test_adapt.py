@@ -29,6 +29,9 @@ def test_the_fine_tune_starts_only_if_an_episode_and_the_guards_evaluations_fit(
     assert episodes_that_fit(164.0, 33.0, every=2) == 2  # 4 episodes' worth: 2 + 2 evals
     assert episodes_that_fit(65.0, 33.0, every=2) == 0  # one episode and its baseline: 66 s
     assert episodes_that_fit(100.0, 10.0, every=0) == 10  # the guard off: no evaluations
+    # Whether one fits, at once whatever the rig time (counting 1e11 episodes would not end).
+    assert episodes_that_fit(1e12, 10.0, every=0, at_most=1) == 1
+    assert episodes_that_fit(65.0, 33.0, every=2, at_most=1) == 0
     # Evaluations of 3 episodes of 10 s with a 23-s reset each (99 s) beside training
     # episodes of 6 s (29 s): the baseline and an episode take 128 s; two episodes bring the
     # evaluation after them (256 s), a third needs 285 s.

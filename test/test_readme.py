@@ -800,6 +800,9 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
     )
     args = argv(ADAPT.replace('config/rig_shifted_stuck.yaml', str(rig))) + [
         'rig_minutes:=0.6',  # the least the plan takes for this (rig_minutes:=0.5 is refused)
+        # Its resets are shorter than the plan's, so a second candidate's one short episode
+        # may fit what is left: not here (test_adapt has that decision).
+        'reidentify:=false',
         'retrain_minutes:=0.2',
         'retrain_steps:=600',
         'deployment_episodes:=1',
@@ -911,6 +914,5 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
     assert ident['prior'].startswith('QUBE-Servo 2 defaults'), ident
     assert (out / 'identified_rig.yaml').exists() and (out / 'adapt.png').exists()
     assert 'not one episode fits' in run.text
-    # No rig time left for a second candidate: no second identification either.
-    assert 's of rig time are left' in s['reidentification']['why'], s['reidentification']
+    assert s['reidentification']['why'] == 'not run: reidentify:=false', s['reidentification']
     assert not (out / 'reidentified_rig.yaml').exists()

@@ -91,7 +91,8 @@ def _finetune_room(a: Adapt, budget_s: float) -> tuple[float, bool, dict[str, An
     from rip_control.run.supervisor import RigBudget
 
     lag = RigBudget.REPORT_LAG_S  # the runner's stop rule keeps this margin too
-    return left, episodes_that_fit(left - lag, per_episode, every, per_evaluation) >= 1, guard
+    one = episodes_that_fit(left - lag, per_episode, every, per_evaluation, at_most=1)
+    return left, one == 1, guard
 
 
 def plan_for(a: Adapt) -> Plan:
@@ -121,9 +122,13 @@ def guard_settings(a: Adapt) -> dict[str, Any]:
 
 
 def episodes_that_fit(
-    left_s: float, per_episode_s: float, every: int, per_evaluation_s: float | None = None
+    left_s: float,
+    per_episode_s: float,
+    every: int,
+    per_evaluation_s: float | None = None,
+    at_most: int | None = None,
 ) -> int:
-    """Training episodes that fit ``left_s`` of rig time.
+    """Training episodes that fit ``left_s`` of rig time (counted up to ``at_most``).
 
     ``n`` training episodes, each about ``per_episode_s`` with its reset, come with the
     guard's evaluations: its baseline at the start and one after every ``every`` training
@@ -132,9 +137,10 @@ def episodes_that_fit(
     """
     per_evaluation_s = per_episode_s if per_evaluation_s is None else per_evaluation_s
     n = 0
-    while True:
+    while at_most is None or n < at_most:
         m = n + 1
         evaluations = (1 + m // every) if every > 0 else 0
         if m * per_episode_s + evaluations * per_evaluation_s > left_s:
             return n
         n = m
+    return n

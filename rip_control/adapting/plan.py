@@ -161,7 +161,7 @@ def make_plan(
         finetune_least_s=finetune_least_s,
         second_candidate=again
         and second_candidate_fits(
-            left, deployment_s, left >= finetune_least_s, left - deployment_s >= finetune_least_s
+            left, deployment_s, finetune_s > 0, left - deployment_s >= finetune_least_s
         ),
         finetune_s=finetune_s,
     )

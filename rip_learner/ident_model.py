@@ -3,9 +3,10 @@
 What is fitted: :data:`FITTED`, the base model, and :data:`TERMS`, the terms a rig may need
 beyond it, each parameter a :class:`Fitted` (a :class:`PendulumParams` field, its search range
 and the resolution at which it counts as determined). How well a parameter set predicts: every
-window simulated from its measured start for many parameter sets in one numpy batch
-(:func:`simulate`), the prediction errors with each window's start state corrected
-(:func:`residuals`), and their costs (:func:`cost_of`, :func:`own_costs`).
+window simulated from its measured start for many parameter sets in one batch, the
+emulator's own equations compiled (:func:`simulate`), the prediction errors with each
+window's start state corrected (:func:`residuals`), and their costs (:func:`cost_of`,
+:func:`own_costs`).
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ from dataclasses import dataclass, fields
 import math
 from typing import Any
 
+import numba
 import numpy as np
 
 from rip_control.rig.dynamics import (
-    ARRAY_OPS,
     Coefficients,
     PendulumParams,
+    accelerations,
     effective_voltage,
-    lag_gain,
+    lagged_voltage,
     rk4_step,
 )
 from rip_learner.ident_data import Windows
@@ -138,16 +140,60 @@ SCALE = 'arm_mass_kg'
 # -- the batched simulation -------------------------------------------------------------------
 
 
-_FLOAT = np.float32  # the batch's precision: enough for 0.3 s windows, twice as fast
-
-
 class _Batch:
     """Attribute access to a batch of parameter sets (arrays of one value per rig)."""
 
     def __init__(self, sets: list[PendulumParams], repeat: int) -> None:
         for f in fields(PendulumParams):
-            values = np.array([getattr(p, f.name) for p in sets], dtype=_FLOAT)
+            values = np.array([getattr(p, f.name) for p in sets], dtype=np.float64)
             setattr(self, f.name, np.repeat(values, repeat))
+
+
+def _records(k: Coefficients) -> np.ndarray:
+    """A batch's :class:`Coefficients` as records, one a rig (what the compiled loop reads)."""
+    columns = {name: np.asarray(value) for name, value in vars(k).items()}
+    out = np.empty(len(columns['jp']), dtype=[(n, c.dtype) for n, c in columns.items()])
+    for name, column in columns.items():
+        out[name] = column
+    return out
+
+
+# The emulator's own equations (rip_control.rig.dynamics), compiled for the loop below: the
+# same source, no second copy of them. Compiled in each process at its first simulation.
+for _equation in (accelerations, rk4_step, lagged_voltage):
+    numba.extending.register_jitable(_equation)
+_effective_voltage = numba.vectorize(effective_voltage)
+
+
+@numba.njit(parallel=True)
+def _integrate(
+    k: np.ndarray,
+    x0: np.ndarray,
+    volts: np.ndarray,
+    motor0: np.ndarray,
+    lag: np.ndarray,
+    h: float,
+    read_step: np.ndarray,
+    theta: np.ndarray,
+    alpha: np.ndarray,
+) -> None:  # pragma: no cover - compiled (its results are the identification tests')
+    """Each rig ``r`` integrated from ``x0[r]`` under ``volts[:, r]``, read at ``read_step[r]``.
+
+    Into ``theta[r]`` and ``alpha[r]``: the state after ``read_step[r, j]`` physics steps.
+    """
+    for r in numba.prange(k.shape[0]):
+        hist = np.empty((read_step[r].max() + 1, 2))
+        kr = k[r]
+        x = (x0[r, 0], x0[r, 1], x0[r, 2], x0[r, 3])
+        hist[0, 0], hist[0, 1] = x[0], x[1]
+        motor = motor0[r]
+        for i in range(read_step[r].max()):
+            motor = lagged_voltage(motor, volts[i, r], h, lag[r])
+            x = rk4_step(kr, x, h, motor, 1.0)
+            hist[i + 1, 0], hist[i + 1, 1] = x[0], x[1]
+        for j in range(read_step.shape[1]):
+            theta[r, j] = hist[read_step[r, j], 0]
+            alpha[r, j] = hist[read_step[r, j], 1]
 
 
 def _step_voltages(
@@ -179,10 +225,11 @@ def simulate(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Predicted ``(theta, alpha)`` at every window's readings, for every parameter set.
 
-    All sets and windows run as numpy batches of rigs with the emulator's fixed step (the
-    first set's ``physics_rate_hz``; at half of it, 1 kHz, the stuck rig's pendulum damping
-    came out at a third of its value): the short windows (near upright) apart from the long
-    ones, so that no rig integrates past its last reading for long. ``start_offsets``
+    Every set and window is a rig of one batch, integrated on every core with the emulator's
+    equations and fixed step (the first set's ``physics_rate_hz``; at half of it, 1 kHz, the
+    stuck rig's pendulum damping came out at a third of its value), each up to its own last
+    reading; the short windows (near upright) apart from the long ones, so that the step
+    voltages of a short one are not laid out for a long one's steps. ``start_offsets``
     (``(len(sets), 4)``) shifts every window's start state ``(theta, alpha, theta_dot,
     alpha_dot)``. Returns arrays of shape ``(len(sets), S, W+1)``.
     """
@@ -218,35 +265,19 @@ def _simulate_group(
     switch_t = tile(win.switch_t) + b.sensing_latency_s[:, None]
     limits = (b.max_voltage_v, b.motor_dead_zone_v, b.motor_dead_zone_offset_v)
     max_v, dz, off = (a[:, None] for a in limits)
-    v_eff = effective_voltage(tile(win.switch_v), max_v, dz, off, ARRAY_OPS)
-    v0 = effective_voltage(tile(win.v_before), *limits, ARRAY_OPS)
+    v_eff = _effective_voltage(tile(win.switch_v), max_v, dz, off)
+    v0 = _effective_voltage(tile(win.v_before), *limits)
     read_step = np.tile(read_step, (p_n, 1))
-    n_steps = int(read_step.max())
-    volts = _step_voltages(switch_t, v_eff, v0, h, n_steps).astype(_FLOAT)
+    volts = _step_voltages(switch_t, v_eff, v0, h, int(read_step.max()))
     start = [tile(a) for a in (win.theta[:, 0], win.alpha[:, 0], win.theta_dot0, win.alpha_dot0)]
     if start_offsets is not None:
         start = [a + np.repeat(start_offsets[:, i], s_n) for i, a in enumerate(start)]
-    x = (
-        start[0].astype(_FLOAT),
-        start[1].astype(_FLOAT),
-        start[2].astype(_FLOAT),
-        start[3].astype(_FLOAT),
-    )
-    th_hist = np.empty((n_steps + 1, p_n * s_n), dtype=_FLOAT)
-    al_hist = np.empty_like(th_hist)
-    th_hist[0], al_hist[0] = x[0], x[1]
-    step = _FLOAT(h)
-    lagged = bool(np.any(b.actuator_lag_s > 0.0))
-    gain = lag_gain(h, b.actuator_lag_s).astype(_FLOAT)
-    motor = v0.astype(_FLOAT)  # the motor at the voltage in force before the window
-    for i in range(n_steps):
-        motor = motor + gain * (volts[i] - motor) if lagged else volts[i]
-        x = rk4_step(k, x, step, motor, 1.0, ARRAY_OPS)
-        th_hist[i + 1], al_hist[i + 1] = x[0], x[1]
-    cols = np.arange(p_n * s_n)[:, None]
-    theta = th_hist[read_step, cols].reshape(p_n, s_n, -1)
-    alpha = al_hist[read_step, cols].reshape(p_n, s_n, -1)
-    return theta, alpha
+    theta = np.empty(read_step.shape)
+    alpha = np.empty(read_step.shape)
+    # the motor starts at the voltage in force before the window
+    x0 = np.stack(start, axis=1).astype(np.float64)
+    _integrate(_records(k), x0, volts, v0, b.actuator_lag_s, h, read_step, theta, alpha)
+    return theta.reshape(p_n, s_n, -1), alpha.reshape(p_n, s_n, -1)
 
 
 #: Probe sizes of the start state and its prior spread (rad, rad, rad/s, rad/s): the start

@@ -39,7 +39,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 TWO_PI = 2.0 * math.pi
@@ -154,7 +153,8 @@ class Coefficients:
     """The constants the equations of motion use, derived from the physical parameters.
 
     Built from anything with the :class:`PendulumParams` attribute names whose values are
-    floats (one rig) or numpy arrays (a batch of rigs, :class:`BatchDynamics`).
+    floats (one rig) or numpy arrays (a batch of rigs: each attribute an array, one value a
+    rig; :func:`rip_learner.ident_model.simulate` packs them into records, one a rig).
     """
 
     def __init__(self, p: Any) -> None:
@@ -174,44 +174,35 @@ class Coefficients:
         self.fs = p.arm_static_friction_nm
         self.kc = p.arm_cable_stiffness_nm_per_rad
         self.limit = p.arm_limit_rad
-        # Whether any rig has the optional terms (asked once here, not at every step).
-        self.static = bool(np.any(self.fs))
-        self.cable = bool(np.any(self.kc))
+        # Whether the rig has the optional terms (asked once here, not at every step).
+        self.static = self.fs != 0.0
+        self.cable = self.kc != 0.0
 
 
-class _Ops:
-    """The math the equations need, for floats (``math``) or arrays (``numpy``)."""
-
-    def __init__(self, sin: Any, cos: Any, tanh: Any, exp: Any, where: Any, any_: Any) -> None:
-        self.sin, self.cos, self.tanh, self.exp = sin, cos, tanh, exp
-        self.where, self.any = where, any_
-
-
-def _where_float(cond: bool, a: float, b: float) -> float:
-    return a if cond else b
-
-
-FLOAT_OPS = _Ops(math.sin, math.cos, math.tanh, math.exp, _where_float, bool)
-ARRAY_OPS = _Ops(np.sin, np.cos, np.tanh, np.exp, np.where, np.any)  # a batch of rigs, elementwise
+# The equations below are written for one rig in plain floats: the emulator and the simulator
+# run them as Python, and rip_learner.ident_model compiles the same functions (numba) to run
+# batches of rigs. Only math's functions and scalar arithmetic belong in them.
 
 
 def accelerations(
-    k: Coefficients,
-    theta: Any,
-    alpha: Any,
-    theta_dot: Any,
-    alpha_dot: Any,
-    volts: Any,
+    k: Any,
+    theta: float,
+    alpha: float,
+    theta_dot: float,
+    alpha_dot: float,
+    volts: float,
     engaged: Any,
-    ops: _Ops,
-) -> tuple[Any, Any]:
-    """``(theta'', alpha'')`` of the equations of motion (the module docstring's)."""
-    s, c = ops.sin(alpha), ops.cos(alpha)
+) -> tuple[float, float]:
+    """``(theta'', alpha'')`` of the equations of motion (the module docstring's).
+
+    :param k: the rig's :class:`Coefficients` (or a record with their names).
+    """
+    s, c = math.sin(alpha), math.cos(alpha)
     torque = engaged * k.kt_over_r * (volts - k.km * theta_dot) - k.br * theta_dot
     friction = k.fc
     if k.static:
-        friction = friction + k.fs * ops.exp(-((theta_dot / STRIBECK_VELOCITY_RAD_S) ** 2))
-    torque = torque - friction * ops.tanh(theta_dot / FRICTION_VELOCITY_RAD_S)
+        friction = friction + k.fs * math.exp(-((theta_dot / STRIBECK_VELOCITY_RAD_S) ** 2))
+    torque = torque - friction * math.tanh(theta_dot / FRICTION_VELOCITY_RAD_S)
     if k.cable:
         torque = torque - k.kc * theta
     jps = k.jp * s
@@ -223,10 +214,10 @@ def accelerations(
     return (k.jp * rhs1 - m12 * rhs2) / det, (m11 * rhs2 - m12 * rhs1) / det
 
 
-State = tuple[Any, Any, Any, Any]
+State = tuple[float, float, float, float]
 
 
-def rk4_step(k: Coefficients, x: State, h: Any, volts: Any, engaged: Any, ops: _Ops) -> State:
+def rk4_step(k: Any, x: State, h: float, volts: float, engaged: Any) -> State:
     """One fixed RK4 step, then the cable stop.
 
     One fixed RK4 step of ``(theta, alpha, theta_dot, alpha_dot)`` with the voltage held,
@@ -234,47 +225,49 @@ def rk4_step(k: Coefficients, x: State, h: Any, volts: Any, engaged: Any, ops: _
     only, so the pendulum's generalised momentum ``M21 th' + M22 a'`` is conserved.
     """
     th, al, td, ad = x
-    k1t, k1a = accelerations(k, th, al, td, ad, volts, engaged, ops)
+    k1t, k1a = accelerations(k, th, al, td, ad, volts, engaged)
     h2 = 0.5 * h
     td2, ad2 = td + h2 * k1t, ad + h2 * k1a
-    k2t, k2a = accelerations(k, th + h2 * td, al + h2 * ad, td2, ad2, volts, engaged, ops)
+    k2t, k2a = accelerations(k, th + h2 * td, al + h2 * ad, td2, ad2, volts, engaged)
     td3, ad3 = td + h2 * k2t, ad + h2 * k2a
-    k3t, k3a = accelerations(k, th + h2 * td2, al + h2 * ad2, td3, ad3, volts, engaged, ops)
+    k3t, k3a = accelerations(k, th + h2 * td2, al + h2 * ad2, td3, ad3, volts, engaged)
     td4, ad4 = td + h * k3t, ad + h * k3a
-    k4t, k4a = accelerations(k, th + h * td3, al + h * ad3, td4, ad4, volts, engaged, ops)
+    k4t, k4a = accelerations(k, th + h * td3, al + h * ad3, td4, ad4, volts, engaged)
     h6 = h / 6.0
     th = th + h6 * (td + 2.0 * td2 + 2.0 * td3 + td4)
     al = al + h6 * (ad + 2.0 * ad2 + 2.0 * ad3 + ad4)
     td = td + h6 * (k1t + 2.0 * k2t + 2.0 * k3t + k4t)
     ad = ad + h6 * (k1a + 2.0 * k2a + 2.0 * k3a + k4a)
-    if not ops.any(abs(th) >= k.limit):  # no arm at its stop (a batch: the usual case)
+    if not abs(th) >= k.limit:  # noqa: SIM201 - the arm not at its stop (nor NaN): usual
         return th, al, td, ad
-    high, low = th >= k.limit, th <= -k.limit
-    stop = ops.where(high, td > 0.0, ops.where(low, td < 0.0, False))
-    th = ops.where(high, k.limit, ops.where(low, -k.limit, th))
-    ad = ops.where(stop, (k.mrl * ops.cos(al) * td + k.jp * ad) / k.jp, ad)
-    td = ops.where(stop, 0.0, td)
+    high = th >= k.limit
+    if (td > 0.0) if high else (td < 0.0):  # still moving into the stop: it stops dead
+        ad = (k.mrl * math.cos(al) * td + k.jp * ad) / k.jp
+        td = 0.0
+    th = k.limit if high else -k.limit
     return th, al, td, ad
 
 
 def effective_voltage(
-    volts: Any, max_voltage_v: Any, dead_zone_v: Any, offset_v: Any, ops: _Ops
-) -> Any:
+    volts: float, max_voltage_v: float, dead_zone_v: float, offset_v: float
+) -> float:
     """Voltage the driver passes on: clamped to the limit, zero inside the dead zone.
 
     The dead zone spans ``-(dead_zone_v - offset_v)`` to ``dead_zone_v + offset_v``.
     """
-    v = ops.where(volts > max_voltage_v, max_voltage_v, volts)
-    v = ops.where(v < -max_voltage_v, -max_voltage_v, v)
-    return ops.where(abs(v - offset_v) < dead_zone_v, 0.0, v)
+    v = max_voltage_v if volts > max_voltage_v else volts
+    v = -max_voltage_v if v < -max_voltage_v else v
+    return 0.0 if abs(v - offset_v) < dead_zone_v else v
 
 
-def lag_gain(h: float, lag_s: np.ndarray) -> np.ndarray:
-    """The share of the gap to the command a first-order lag closes in one step of ``h``.
+def lagged_voltage(motor_v: float, target_v: float, dt_s: float, lag_s: float) -> float:
+    """The motor's voltage ``dt_s`` on, moving towards ``target_v`` with a first-order lag.
 
-    Of each rig of a batch (1 where there is no lag).
+    At once where there is no lag (``lag_s`` 0).
     """
-    return np.where(lag_s > 0.0, -np.expm1(-h / np.maximum(lag_s, 1e-12)), 1.0)
+    if lag_s <= 0.0:
+        return target_v
+    return motor_v - math.expm1(-dt_s / lag_s) * (target_v - motor_v)
 
 
 class FurutaDynamics:
@@ -320,14 +313,8 @@ class FurutaDynamics:
     def effective_voltage(self, voltage_v: float) -> float:
         """Voltage the driver passes on: clamped to the limit, minus the dead zone."""
         p = self.params
-        return float(
-            effective_voltage(
-                voltage_v,
-                p.max_voltage_v,
-                p.motor_dead_zone_v,
-                p.motor_dead_zone_offset_v,
-                FLOAT_OPS,
-            )
+        return effective_voltage(
+            voltage_v, p.max_voltage_v, p.motor_dead_zone_v, p.motor_dead_zone_offset_v
         )
 
     # -- integration -----------------------------------------------------------------------
@@ -339,11 +326,10 @@ class FurutaDynamics:
         step's start and is held through it (the lag is long against a physics step).
         """
         v = self.effective_voltage(voltage_v) if engaged else 0.0  # open circuit: at once
-        lag = self.params.actuator_lag_s
-        if lag > 0.0 and engaged:
-            v = self.motor_volts - math.expm1(-dt_s / lag) * (v - self.motor_volts)
+        if engaged:
+            v = lagged_voltage(self.motor_volts, v, dt_s, self.params.actuator_lag_s)
         self.motor_volts = v
-        x = rk4_step(self._k, self.state, dt_s, v, engaged, FLOAT_OPS)
+        x = rk4_step(self._k, self.state, dt_s, v, engaged)
         self.theta, self.alpha, self.theta_dot, self.alpha_dot = x
         self.at_limit = abs(self.theta) >= self.params.arm_limit_rad
 

@@ -67,6 +67,7 @@ class EpisodeTiming:
     verdict: str = ''  # of an evaluation: baseline, promoted, rejected
     live_version: int = -1  # the live policy after the episode (guard off: the first)
     reset_s: float = math.nan  # the reset before the episode, rig seconds
+    transitions_dropped_late: int = 0  # its ticks whose dt was off: no transition sent
 
 
 class TimingCsv:

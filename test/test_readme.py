@@ -880,15 +880,19 @@ def test_the_readme_adapt_command_runs_and_only_the_emulator_reads_the_rig_file(
     baseline = json.loads((out / '0_baseline' / 'summary.json').read_text())
     if baseline['violation_restarts'] == baseline['serial_errors'] == 0:
         # the excitation's ticks and the episode's, nothing else (the episode may end at the
-        # arm limit before its 2 s: its own ticks, as timing.csv counts them)
+        # arm limit before its 2 s: its own ticks, as timing.csv counts them), but for a tick
+        # the host stretched past the threshold (its transition dropped, a CI run saw two)
         with (out / '0_baseline' / 'timing.csv').open(newline='') as f:
-            ticks = [int(r['n_ticks']) for r in csv.DictReader(f)]
+            rows = list(csv.DictReader(f))
+        ticks = [int(r['n_ticks']) for r in rows]
+        kept = sum(ticks) - sum(int(r['transitions_dropped_late']) for r in rows)
         assert ticks[0] == EXCITATION_TICKS and 0 < ticks[1] <= episode_s * 50, ticks
-        assert int(source[1]) == sum(ticks), (ticks, ident)
-        assert (
-            f'identifying from {sum(ticks) / 50:.1f} s of rig data (2 records, 1 of them '
-            'excitation' in run.text
-        )
+        assert int(source[1]) == kept, (rows, ident)
+        if kept == sum(ticks):  # (a dropped one breaks a record in two)
+            assert (
+                f'identifying from {sum(ticks) / 50:.1f} s of rig data (2 records, 1 of them '
+                'excitation' in run.text
+            )
     else:  # a cut episode (the host stopped a vCPU) keeps what it recorded and runs again
         assert int(source[1]) > EXCITATION_TICKS + episode_s * 50, ident
     # The acceptance: the stuck rig's physics, from an excitation and one episode, within

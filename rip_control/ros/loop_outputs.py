@@ -223,6 +223,7 @@ class LoopOutputs:
                     verdict=ep.verdict,
                     live_version=ep.live_version,
                     reset_s=ep.reset_s,
+                    transitions_dropped_late=ep.transitions_dropped_late,
                 ),
             )
         if not publish:

@@ -73,8 +73,10 @@ from rip_control.adapting.record import (
     REIDENTIFICATION,
     SUMMARY,
     Adapt,
+    balances,
     earlier_record,
     finished_entry,
+    mean_of,
 )
 from rip_control.files import atomic_write_bytes
 from rip_control.params import Param, help_text, options_help, parse_args
@@ -122,11 +124,13 @@ OPTIONS = (
     Param(
         'reidentify',
         True,
-        "identify again from the baseline's and the candidate's transitions; when a parameter "
-        'moved by more than the identification counts as determined and the rig budget has '
-        "room for a second candidate's deployment, re-train at it and judge that candidate too "
-        '(it replaces a promoted first candidate only if its balance is shown better: the 90 % '
-        'interval of the difference above 0)',
+        "identify again from the baseline's and the candidate's transitions; when the rig "
+        "budget has room for a second candidate's deployment, re-train at it and judge that "
+        'candidate too: from the prior with the next seed where what goes on falls short of '
+        'target_balance_s (another draw), else warm from the first re-training where a '
+        'parameter moved by more than the identification counts as determined (it replaces '
+        'a promoted first candidate only if its balance is shown better: the 90 % interval '
+        'of the difference above 0)',
     ),
     Param(
         'resume',
@@ -306,6 +310,7 @@ def _loop(
             budget_s,
             start_report,
             replaces_candidate=verdict.kind == 'promoted',
+            prior=prior,
         )
         if again.get('verdict') == 'promoted':
             start, start_report = Path(again['policy']), again.pop('report')
@@ -424,13 +429,22 @@ def _again(
     budget_s: float,
     against: dict[str, Any],
     replaces_candidate: bool = False,
+    prior: Path | None = None,
 ) -> dict[str, Any]:
     """Identify again from the baseline's and the candidate's transitions; maybe re-train.
 
-    A second candidate is re-trained (warm from the first re-training) and deployed only when
-    a parameter moved (the identification's ``moved``) and the rig budget has room for its
-    deployment (:func:`~rip_control.adapting.plan.second_candidate_fits`), and judged
-    against ``against`` (the deployment of the policy that goes on) by the guard's rule.
+    Where the rig budget has room for a second candidate's deployment
+    (:func:`~rip_control.adapting.plan.second_candidate_fits`), a second candidate is
+    re-trained and deployed, and judged against ``against`` (the deployment of the policy
+    that goes on) by the guard's rule:
+
+    - when ``against`` falls short of ``target_balance_s``: from ``prior`` with the next seed,
+      at the physics identified again (another draw: on a rig outside the model a
+      re-training's outcome is one; issue 41's independent rig H got a 0.72 s candidate from
+      one run of a command and 8.60 s from the next);
+    - else when a parameter moved (the identification's ``moved``): warm from the first
+      re-training, at the moved physics.
+
     When what goes on is the first re-trained policy (``replaces_candidate``), the second
     must also be shown better (:func:`~rip_control.adapting.judging.shown_better`): two
     re-trainings at nearly the same physics differ by the draw, and within the guard's
@@ -441,16 +455,32 @@ def _again(
     done = dict(a.earlier.get(REIDENTIFICATION) or {}) or offline.identify_again(
         a, opts, first, budget_s
     )
-    if not done.get('moved'):
+    if done.get('identified') is None:  # not run: the budget had no room
         return done
-    init = a.run_dir / PHASES[1] / run_files.POLICY
-    out = a.run_dir / run_files.REIDENTIFIED_RIG
-    done['retrain'] = offline.retrain(a, AGAIN[0], out, init, k, randomization)
-    best = (done['retrain'] or {}).get('best') or {}
-    if best.get('step', math.inf) <= 1:  # its start, the first re-trained policy, is its best
+    short = mean_of(balances(against)) < float(a.own['target_balance_s'])
+    fresh = short and prior is not None
+    if not done.get('moved') and not fresh:
+        return done
+    if fresh:
+        assert prior is not None
+        init, seed, start = prior, a.seed + 1, 'the prior'
         done['why'] += (
-            '; the re-training found nothing better than its start (the first re-trained '
-            'policy) in simulation: no second candidate to deploy'
+            f'; what goes on balanced {mean_of(balances(against)):.2f} s, short of the '
+            f'{float(a.own["target_balance_s"]):g} s target: another draw, re-trained from '
+            f'the prior with seed {seed}'
+        )
+        a.log(f'identification again: {done["why"]}')
+    else:
+        init, seed, start = a.run_dir / PHASES[1] / run_files.POLICY, a.seed, 'the first '
+        start += 're-trained policy'
+    done.update(retrain_from=str(init), retrain_seed=seed)
+    rig = a.run_dir / run_files.REIDENTIFIED_RIG  # (moved or not: from more data)
+    done['retrain'] = offline.retrain(a, AGAIN[0], rig, init, k, randomization, seed=seed)
+    best = (done['retrain'] or {}).get('best') or {}
+    if best.get('step', math.inf) <= 1:  # its start is its best
+        done['why'] += (
+            f'; the re-training found nothing better than its start ({start}) in '
+            'simulation: no second candidate to deploy'
         )
         a.log(f'identification again: {done["why"]}')
         return done

@@ -581,16 +581,21 @@ def test_the_second_identification_moves_what_the_first_got_wrong(tmp_path, wron
         'alone',
         'before_a_fine_tune',
         'beside_a_fine_tune',
+        'short_still',
+        'short_moved',
+        'reached_still',
     ],
 )
-def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budget_has_room(
+def test_a_second_candidate_is_retrained_where_the_physics_moved_or_what_goes_on_falls_short(
     tmp_path, monkeypatch, case
 ) -> None:
     """The decision around the second identification (its fit: the test above).
 
     The identification, the re-training and the deployment are stand-ins here (each has
     tests of its own, and the loop runs as typed in test_readme): what is checked is which
-    of them run, with what, and the verdict against the deployment of what goes on.
+    of them run, with what, and the verdict against the deployment of what goes on. The
+    ``short_*`` and ``reached_*`` cases name the prior: where what goes on falls short of the
+    target, another draw is re-trained from it with the next seed, moved or not.
     """
     from rip_control import adapt
     from rip_control.adapting import budget, offline
@@ -598,9 +603,10 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
 
     # What the identification moved (which it decides: the test above).
     moved = {'motor_dead_zone_v': {'from': 0.0, 'to': 1.2, 'tolerance': 0.1}}
+    still = case in ('still', 'short_still', 'reached_still')
     found = {
-        'fitted': {'motor_dead_zone_v': {'value': 1.2 if case != 'still' else 0.05}},
-        'moved': moved if case != 'still' else {},
+        'fitted': {'motor_dead_zone_v': {'value': 0.05 if still else 1.2}},
+        'moved': {} if still else moved,
         'seconds_of_data': 120.0,
         'wall_s': 1.0,
     }
@@ -618,7 +624,7 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
     monkeypatch.setattr(
         offline,
         'retrain',
-        lambda a, name, rig, init, k, rnd: calls.append((name, rig, init, k)) or best,
+        lambda a, name, rig, init, k, rnd, seed: calls.append((name, rig, init, k, seed)) or best,
     )
     monkeypatch.setattr(adapt, '_versioned', lambda src, dst, version, rate: dst / 'p')
     better = _report([440.0, 450.0], [8.4, 8.5])
@@ -653,7 +659,10 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
     assert budget.finetune_fits(loop, rig_budget - 60.0) == (case == 'beside_a_fine_tune')
     first = loop.run_dir / run_files.IDENTIFIED_RIG
     against = _report([330.0, 340.0], [0.4, 0.5])
-    done = adapt._again(loop, {}, first, 2, 'identified', 2001, rig_budget, against)
+    prior = tmp_path / 'prior.safetensors' if case.startswith(('short', 'reached')) else None
+    if case == 'reached_still':  # what goes on reached the 8 s target already
+        against = _report([900.0, 900.0], [8.9, 9.1])
+    done = adapt._again(loop, {}, first, 2, 'identified', 2001, rig_budget, against, prior=prior)
     if case in ('no_room', 'before_a_fine_tune'):
         assert calls == [] and done['why'].startswith('not run: '), done
         need = {
@@ -664,13 +673,20 @@ def test_a_second_candidate_is_retrained_only_if_the_physics_moved_and_the_budge
         assert need in done['why'], done['why']
         return
     assert calls[0] == ('identify', first)
-    if case == 'still':
+    again = loop.run_dir / run_files.REIDENTIFIED_RIG
+    if case.startswith('short'):  # another draw: from the prior, the next seed
+        assert calls[1] == (AGAIN[0], again, prior, 2, loop.seed + 1), calls
+        assert done['retrain_seed'] == loop.seed + 1 and done['retrain_from'] == str(prior)
+        assert 'short of the 8 s target: another draw, re-trained from the prior' in done['why']
+        assert calls[2] == (AGAIN[1], loop.run_dir / 'candidate_again' / 'p')
+        assert done['verdict'] == 'promoted' and done['report'] is better
+        return
+    if case in ('still', 'reached_still'):
         assert calls[1:] == [] and done['moved'] == {} and done['candidate'] is None, done
         return
     assert list(done['moved']) == ['motor_dead_zone_v']
-    again = loop.run_dir / run_files.REIDENTIFIED_RIG
     warm = loop.run_dir / PHASES[1] / run_files.POLICY
-    assert calls[1] == (AGAIN[0], again, warm, 2)
+    assert calls[1] == (AGAIN[0], again, warm, 2, loop.seed)
     if case == 'kept_start':  # the same policy as the first candidate: not deployed again
         assert len(calls) == 2 and done['candidate'] is None and 'report' not in done, done
         assert 'found nothing better than its start' in done['why']

@@ -86,11 +86,19 @@ def identify_baseline(a: Adapt) -> tuple[Path, dict[str, Any]]:
 
 
 def retrain(
-    a: Adapt, name: str, rig_file: Path, init: Path, k: int, randomization: str
+    a: Adapt,
+    name: str,
+    rig_file: Path,
+    init: Path,
+    k: int,
+    randomization: str,
+    seed: int | None = None,
 ) -> dict[str, Any]:
     """Pre-train in simulation at ``rig_file``, warm from ``init``, the rig idle (no rig time).
 
     Its result, also in its entry of the record (``retrain``); resuming, read from there.
+
+    :param seed: of the training (default: the run's).
     """
     done = a.replay(name)
     if done is not None:
@@ -106,7 +114,7 @@ def retrain(
         'steps': a.own['retrain_steps'],
         'time_limit_s': 60.0 * a.own['retrain_minutes'],
         'target_balance_s': a.own['target_balance_s'],  # a re-training stops where rescued
-        'seed': a.seed,
+        'seed': a.seed if seed is None else seed,
         'action_history': k,
         # warm: no curriculum from scratch, a short random start, and a stop at the first
         # evaluation after the start's that reaches the target (the stuck rig's re-training

@@ -59,7 +59,8 @@ class Plan:
         evaluation, one training episode and the final deployment's reserve
         (:data:`RESERVE_FACTOR` deployments, as the fine-tune reserves it).
     :param second_candidate: a second candidate's deployment is expected to fit (if
-        identifying again moves the physics): :func:`second_candidate_fits`.
+        identifying again moves the physics, or the first falls short of the target):
+        :func:`second_candidate_fits`.
     :param finetune_s: the fine-tune's expected share, the final deployment's reserve left
         out (0: not expected to fit); a second candidate, if one runs beside a fine-tune, is
         paid from it. The optional phases are decided later, at the rig time each deployment
@@ -94,7 +95,8 @@ class Plan:
         left = self.budget_s - self.compulsory_s
         if self.second_candidate:
             out.append(
-                f'  a second candidate (if the physics moves) ~{self.deployment_s:.0f} s'
+                f'  a second candidate (if the physics moves or the first falls short) '
+                f'~{self.deployment_s:.0f} s'
                 + ('' if self.finetune_s else ': with no fine-tune, its deployment the final')
             )
         else:

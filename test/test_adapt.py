@@ -264,7 +264,11 @@ def test_the_retraining_is_asked_to_stop_at_the_first_evaluation_that_reaches_th
     done = offline.retrain(loop, '1_sim_retrain', Path('rig.yaml'), Path('p'), 2, 'identified')
     assert asked['executable'] == 'pretrain' and asked['target_balance_s'] == 7.5, asked
     assert asked['min_steps'] == 2 and asked['init'] == 'p', asked
+    assert asked['seed'] == loop.seed, asked  # the run's, unless another is asked for
     assert done['steps'] == 5000
+    asked.clear()
+    offline.retrain(loop, '2_sim_retrain_again', Path('rig.yaml'), Path('p'), 2, 'x', seed=5)
+    assert asked['seed'] == 5, asked
 
 
 def test_the_rig_time_splits_by_what_the_rig_did_and_the_guards_points_join_the_curve(
@@ -584,6 +588,9 @@ def test_the_second_identification_moves_what_the_first_got_wrong(tmp_path, wron
         'short_still',
         'short_moved',
         'reached_still',
+        'reached_moved',
+        'no_room_short',
+        'short_kept_start',
     ],
 )
 def test_a_second_candidate_is_retrained_where_the_physics_moved_or_what_goes_on_falls_short(
@@ -603,7 +610,7 @@ def test_a_second_candidate_is_retrained_where_the_physics_moved_or_what_goes_on
 
     # What the identification moved (which it decides: the test above).
     moved = {'motor_dead_zone_v': {'from': 0.0, 'to': 1.2, 'tolerance': 0.1}}
-    still = case in ('still', 'short_still', 'reached_still')
+    still = case in ('still', 'short_still', 'reached_still', 'no_room_short', 'short_kept_start')
     found = {
         'fitted': {'motor_dead_zone_v': {'value': 0.05 if still else 1.2}},
         'moved': {} if still else moved,
@@ -620,7 +627,7 @@ def test_a_second_candidate_is_retrained_where_the_physics_moved_or_what_goes_on
         ),
     )
     # The re-training's best: a later step, or (kept_start) the policy it started from.
-    best = {'best': {'step': 1 if case == 'kept_start' else 20_000}}
+    best = {'best': {'step': 1 if case.endswith('kept_start') else 20_000}}
     monkeypatch.setattr(
         offline,
         'retrain',
@@ -641,7 +648,9 @@ def test_a_second_candidate_is_retrained_where_the_physics_moved_or_what_goes_on
     # in 93 s.
     tunes = case in ('before_a_fine_tune', 'beside_a_fine_tune')
     guard = {'eval_every_episodes': '0'} if tunes else {}
-    loop = Adapt(defaults(adapt.OPTIONS), {'runs_dir': str(tmp_path), **guard}, stream=False)
+    runner = {'runs_dir': str(tmp_path), 'seed': '7', **guard}  # (a seed of its own)
+    loop = Adapt(defaults(adapt.OPTIONS), runner, stream=False)
+    assert loop.seed == 7
     # The candidate's deployment: 2 episodes of 10 s in 60 s of rig time (a 20-s reset each).
     loop.phases = [{'phase': PHASES[2], 'rig_seconds': 60.0, 'episodes': [{}, {}]}]
     loop.rig_s = 200.0
@@ -650,6 +659,7 @@ def test_a_second_candidate_is_retrained_where_the_physics_moved_or_what_goes_on
     # or not (then the fine-tune goes alone).
     left = {
         'no_room': 60.0 - 6.0,
+        'no_room_short': 60.0 - 6.0,
         'alone': 60.0 + 1.0,
         'before_a_fine_tune': 120.0,
         'beside_a_fine_tune': 60.0 + 120.0,
@@ -659,14 +669,16 @@ def test_a_second_candidate_is_retrained_where_the_physics_moved_or_what_goes_on
     assert budget.finetune_fits(loop, rig_budget - 60.0) == (case == 'beside_a_fine_tune')
     first = loop.run_dir / run_files.IDENTIFIED_RIG
     against = _report([330.0, 340.0], [0.4, 0.5])
-    prior = tmp_path / 'prior.safetensors' if case.startswith(('short', 'reached')) else None
-    if case == 'reached_still':  # what goes on reached the 8 s target already
-        against = _report([900.0, 900.0], [8.9, 9.1])
+    named = case.startswith(('short', 'reached', 'no_room_'))
+    prior = tmp_path / 'prior.safetensors' if named else None
+    if case.startswith('reached'):  # what goes on reached the 8 s target already (exactly)
+        against = _report([900.0, 900.0], [7.9, 8.1])
     done = adapt._again(loop, {}, first, 2, 'identified', 2001, rig_budget, against, prior=prior)
-    if case in ('no_room', 'before_a_fine_tune'):
+    if case in ('no_room', 'no_room_short', 'before_a_fine_tune'):
         assert calls == [] and done['why'].startswith('not run: '), done
         need = {
             'no_room': 'a second candidate would need 60 s',
+            'no_room_short': 'a second candidate would need 60 s',
             'before_a_fine_tune': "a second candidate's 60 s would leave no room for the "
             'fine-tune that fits them',
         }[case]
@@ -675,9 +687,13 @@ def test_a_second_candidate_is_retrained_where_the_physics_moved_or_what_goes_on
     assert calls[0] == ('identify', first)
     again = loop.run_dir / run_files.REIDENTIFIED_RIG
     if case.startswith('short'):  # another draw: from the prior, the next seed
-        assert calls[1] == (AGAIN[0], again, prior, 2, loop.seed + 1), calls
-        assert done['retrain_seed'] == loop.seed + 1 and done['retrain_from'] == str(prior)
+        assert calls[1] == (AGAIN[0], again, prior, 2, 8), calls
+        assert done['retrain_seed'] == 8 and done['retrain_from'] == str(prior)
         assert 'short of the 8 s target: another draw, re-trained from the prior' in done['why']
+        if case == 'short_kept_start':  # the prior is its best: nothing to deploy
+            assert len(calls) == 2 and done['candidate'] is None, done
+            assert 'found nothing better than its start (the prior)' in done['why']
+            return
         assert calls[2] == (AGAIN[1], loop.run_dir / 'candidate_again' / 'p')
         assert done['verdict'] == 'promoted' and done['report'] is better
         return
@@ -686,7 +702,10 @@ def test_a_second_candidate_is_retrained_where_the_physics_moved_or_what_goes_on
         return
     assert list(done['moved']) == ['motor_dead_zone_v']
     warm = loop.run_dir / PHASES[1] / run_files.POLICY
-    assert calls[1] == (AGAIN[0], again, warm, 2, loop.seed)
+    assert calls[1] == (AGAIN[0], again, warm, 2, 7), calls
+    if case == 'reached_moved':  # warm from the first; not another draw
+        assert 'another draw' not in done['why'] and done['retrain_seed'] == 7, done
+        return
     if case == 'kept_start':  # the same policy as the first candidate: not deployed again
         assert len(calls) == 2 and done['candidate'] is None and 'report' not in done, done
         assert 'found nothing better than its start' in done['why']
@@ -772,8 +791,9 @@ def test_the_fine_tune_starts_from_what_the_guard_promoted_and_from_nothing_else
         assert policy == candidate, policy
         return good if first == 'promoted' else bad
 
-    def again(a, opts, identified, k, rnd, version, budget, against, replaces_candidate):
+    def again(a, opts, identified, k, rnd, version, budget, against, replaces_candidate, prior):
         seen['against'], seen['replaces_candidate'] = against, replaces_candidate
+        seen['prior'] = prior  # (what another draw would start from)
         if second == 'none':
             return {'why': 'not run: 1 s of rig time are left'}
         report = _report([500.0, 510.0], [9.0, 9.1])
@@ -808,6 +828,7 @@ def test_the_fine_tune_starts_from_what_the_guard_promoted_and_from_nothing_else
     # The second identification judges against what goes on after the first candidate.
     assert seen['against'] is (good if first == 'promoted' else base)
     assert seen['replaces_candidate'] == (first == 'promoted')
+    assert seen['prior'] == prior
     goes_on = {
         ('promoted', 'rejected'): candidate,
         ('rejected', 'none'): prior,

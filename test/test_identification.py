@@ -174,6 +174,62 @@ def test_records_break_where_the_chain_or_the_episode_breaks() -> None:
     assert [r.from_rest for r in records] == [True, False, True]
 
 
+def test_the_batch_simulation_is_the_emulators_integrator_compiled() -> None:
+    """ident_model's compiled batch against FurutaDynamics stepped as the emulator steps it.
+
+    Two rigs in one batch, one with every optional term (lag, static friction, cable, an
+    off-centre dead zone, a voltage limit, an arm stop it runs into), one with none: the same
+    equations, so the same readings, to rounding (a command's share of its step, counted in
+    the batch from its time, is exact only to 1e-13 V).
+    """
+    from rip_control.rig.dynamics import FurutaDynamics
+
+    termed = PendulumParams(
+        actuator_lag_s=0.02,
+        arm_static_friction_nm=0.004,
+        arm_cable_stiffness_nm_per_rad=0.003,
+        motor_dead_zone_v=0.5,
+        motor_dead_zone_offset_v=0.1,
+        max_voltage_v=5.0,
+        arm_limit_rad=0.3,
+    )
+    sets = [termed, PendulumParams()]
+    h = termed.physics_step_s
+    read_t = np.arange(26) * 0.02  # 25 ticks at 50 Hz
+    # Commands at whole physics steps: above the limit, inside the dead zone, either way.
+    switch_t, switch_v, v_before = np.array([0.0, 0.1, 0.2, 0.3]), np.array([8.0, 0.3, -3, 2]), 1.0
+    start = (0.1, 2.9, 1.5, -0.5)  # the arm moving towards its stop at 0.3 rad
+    win = ident_data.Windows(
+        read_t=read_t[None],
+        theta=np.array([[start[0]] * 26]),
+        alpha=np.array([[start[1]] * 26]),
+        mask=np.ones((1, 26), dtype=bool),
+        switch_t=switch_t[None],
+        switch_v=switch_v[None],
+        v_before=np.array([v_before]),
+        theta_dot0=np.array([start[2]]),
+        alpha_dot0=np.array([start[3]]),
+        source=[(0, 0)],
+    )
+    theta, alpha = ident_model.simulate(sets, win)
+    for i, params in enumerate(sets):
+        dyn = FurutaDynamics(params)
+        dyn.set_state(*start)
+        dyn.motor_volts = dyn.effective_voltage(v_before)
+        readings, reached = [start[:2]], 0.0
+        for step in range(round(read_t[-1] / h)):
+            volts = v_before if step * h < switch_t[0] else switch_v[switch_t <= step * h][-1]
+            dyn.step(h, float(volts), True)
+            reached = max(reached, abs(dyn.theta))
+            if (step + 1) % round(0.02 / h) == 0:
+                readings.append((dyn.theta, dyn.alpha))
+        want = np.array(readings)
+        assert theta[i, 0] == pytest.approx(want[:, 0], abs=1e-9), i
+        assert alpha[i, 0] == pytest.approx(want[:, 1], abs=1e-9), i
+        if params is termed:
+            assert reached == params.arm_limit_rad  # the stop was part of it
+
+
 def _stuck_windows() -> ident_data.Windows:
     from rip_bench.identification import simulated_recording
 

@@ -326,3 +326,37 @@ def test_the_tick_trace_keeps_the_newest_ticks_in_a_fixed_ring_and_counts_the_re
     trace.clear()
     assert trace.kept().shape == (0, 3) and trace.not_kept == 0
     assert TickTrace.CAPACITY * 3 * 8 <= 32 << 20  # bounded whatever the run's length
+
+
+def test_an_episodes_timing_csv_row_counts_its_transitions_dropped_late(ros_node, tmp_path):
+    """What an episode's transitions lost to stretched ticks shows in its timing.csv row."""
+    import csv
+
+    from rip_control.ros.loop_outputs import LoopOutputs
+    from rip_control.rt.loop import EpisodeSummary
+
+    out = LoopOutputs(ros_node, tmp_path, obs_size=8, tick_topic_max_hz=0.0, tick_trace='')
+    try:
+        episode = EpisodeSummary(
+            episode=3,
+            n_ticks=100,
+            dt_mean_s=0.02,
+            dt_std_s=1e-3,
+            max_overrun_s=0.011,
+            n_strikes=0,
+            episode_return=1.0,
+            balance_s=0.5,
+            terminated=False,
+            policy_version=1,
+            transitions_published=98,
+            transitions_dropped_late=2,
+            settled=True,
+        )
+        out.episode(episode, 0, (0, 0.0), publish=False)
+    finally:
+        out.destroy()
+    with (tmp_path / 'timing.csv').open(newline='') as f:
+        rows = list(csv.DictReader(f))
+    assert [(r['episode'], r['n_ticks'], r['transitions_dropped_late']) for r in rows] == [
+        ('3', '100', '2')
+    ]

@@ -337,13 +337,16 @@ def test_watchdog_trip_withdraws_the_strike_ticks_transitions_disengages_and_can
         col.errors()[-1:]
     )
     assert int(d['violations']) == 1 and int(d['strikes']) >= 3, d
+    # The injected stretch tripped it (from tick 250, three strikes within ~10 ticks), not a
+    # stall of the host's before it.
+    assert 250 < int(d['ticks']) < 280, d
     # The first stretched tick's transition was dropped for its dt; the two transitions of
     # the strike ticks before the third (max_strikes - 1, held back) were withdrawn.
     assert int(d['transitions_dropped_late']) >= 1, d
     # (max_strikes - 1 held back; one fewer if one of those ticks had no transition to hold)
     assert 1 <= int(d['transitions_withdrawn']) <= 2, d
     _assert_accounted(col, d)  # and nothing withdrawn was published anyway
-    assert len(col.transitions) >= 40, 'too few transitions before the stretch'
+    assert len(col.transitions) >= 150, 'too few transitions before the stretch'
     # The node turned the motor off at the trip, not the firmware deadman. (A deadman may
     # come before it: this VM's host stops a vCPU for ~100 ms now and then, past the
     # firmware's deadman; a CI run saw ['deadman', 'command'] at 1.1 % steal.)

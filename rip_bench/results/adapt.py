@@ -239,8 +239,9 @@ def _budget_setup(r: Records) -> str:
         "not counted as the run's rig time): the goal's measure, whatever the budget let the "
         "run's own deployments hold. Beside each rig its 10-minute records (the same seeds "
         'where there are; earlier commits: the reset before the braking one). Where identifying '
-        'again moves the physics, a second candidate runs if its deployment fits and takes no '
-        "fine-tune's place (`reidentification` in the record)."
+        'again moves the physics, or where what goes on falls short of the target (then '
+        're-trained from the prior with the next seed: another draw), a second candidate runs if '
+        "its deployment fits and takes no fine-tune's place (`reidentification` in the record)."
     )
 
 
@@ -255,10 +256,22 @@ def _second_candidates(runs: list[dict[str, Any]]) -> str:
         f'in {len(deployed)}'
         + ''.join(
             f'; {_rig_key(d)} (seed {d["seed"]}): {c["balance_s"]:.2f} s, {c["verdict"]}'
+            + _another_draw(d)
             for d in deployed
             for c in (d['reidentification']['candidate'],)
         )
         + '. '
+    )
+
+
+def _another_draw(d: dict[str, Any]) -> str:
+    """Where the second candidate was another draw from the prior: after what it followed."""
+    again = d['reidentification']
+    if again.get('retrain_seed') in (None, d['seed']):
+        return ''
+    return (
+        f' (another draw from the prior, seed {again["retrain_seed"]}, after the first '
+        f"candidate's {d['candidate']['balance_s']:.2f} s)"
     )
 
 

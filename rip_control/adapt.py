@@ -457,22 +457,19 @@ def _again(
     )
     if done.get('identified') is None:  # not run: the budget had no room
         return done
-    short = mean_of(balances(against)) < float(a.own['target_balance_s'])
-    fresh = short and prior is not None
-    if not done.get('moved') and not fresh:
-        return done
-    if fresh:
-        assert prior is not None
+    balance, target = mean_of(balances(against)), float(a.own['target_balance_s'])
+    if prior is not None and balance < target:  # another draw
         init, seed, start = prior, a.seed + 1, 'the prior'
         done['why'] += (
-            f'; what goes on balanced {mean_of(balances(against)):.2f} s, short of the '
-            f'{float(a.own["target_balance_s"]):g} s target: another draw, re-trained from '
-            f'the prior with seed {seed}'
+            f'; what goes on balanced {balance:.2f} s, short of the {target:g} s target: '
+            f'another draw, re-trained from the prior with seed {seed}'
         )
         a.log(f'identification again: {done["why"]}')
+    elif done.get('moved'):
+        init, seed = a.run_dir / PHASES[1] / run_files.POLICY, a.seed
+        start = 'the first re-trained policy'
     else:
-        init, seed, start = a.run_dir / PHASES[1] / run_files.POLICY, a.seed, 'the first '
-        start += 're-trained policy'
+        return done
     done.update(retrain_from=str(init), retrain_seed=seed)
     rig = a.run_dir / run_files.REIDENTIFIED_RIG  # (moved or not: from more data)
     done['retrain'] = offline.retrain(a, AGAIN[0], rig, init, k, randomization, seed=seed)

@@ -182,12 +182,13 @@ def _integrate(
     Into ``theta[r]`` and ``alpha[r]``: the state after ``read_step[r, j]`` physics steps.
     """
     for r in numba.prange(k.shape[0]):
-        hist = np.empty((read_step[r].max() + 1, 2))
+        last = read_step[r].max()
+        hist = np.empty((last + 1, 2))
         kr = k[r]
         x = (x0[r, 0], x0[r, 1], x0[r, 2], x0[r, 3])
         hist[0, 0], hist[0, 1] = x[0], x[1]
         motor = motor0[r]
-        for i in range(read_step[r].max()):
+        for i in range(last):
             motor = lagged_voltage(motor, volts[i, r], h, lag[r])
             x = rk4_step(kr, x, h, motor, 1.0)
             hist[i + 1, 0], hist[i + 1, 1] = x[0], x[1]
